@@ -1,0 +1,33 @@
+# One virtual environment for everything: `make demo` and `make test` share it, so
+# MindSpore is installed once. The stamp is rebuilt only when pyproject.toml changes.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.msgen-installed
+
+.PHONY: all demo test bootstrap clean distclean
+
+all: test
+
+bootstrap: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e '.[test]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/msgen compile specs/gpt7b.msl -o generated/
+	$(BIN)/msgen estimate specs/gpt7b.msl
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/black --check .
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf dist build .pytest_cache .ruff_cache .hypothesis
+
+distclean: clean
+	rm -rf $(VENV)

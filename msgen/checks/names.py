@@ -1,0 +1,157 @@
+"""Names: tensors defined once and before use, layers and ops that exist, nothing unused."""
+
+from __future__ import annotations
+
+from msgen.checks.facts import Facts
+from msgen.diagnostics import Diagnostic, did_you_mean, error, warning
+from msgen.ir.models import Graph, Spec
+
+
+def check_graph(graph: Graph, spec: Spec, is_network: bool) -> list[Diagnostic]:
+    diags: list[Diagnostic] = []
+    defined: dict[str, int] = {}
+    if graph.input is not None:
+        defined[graph.input.name] = graph.input.span.line
+    later = {op.name: op for op in graph.ops}
+    used: set[str] = set()
+    for op in graph.ops:
+        for ref in op.inputs:
+            used.add(ref.name)
+            if ref.name in defined:
+                continue
+            if ref.name in later:
+                diags.append(
+                    error(
+                        "MSL111",
+                        f"`{ref.name}` is used before it is defined (line "
+                        f"{later[ref.name].span.line})",
+                        ref.span,
+                        "statements run top to bottom; move the definition up",
+                    )
+                )
+            else:
+                diags.append(
+                    error(
+                        "MSL110",
+                        f"unknown tensor `{ref.name}`",
+                        ref.span,
+                        did_you_mean(ref.name, defined) or f"defined here: {', '.join(defined)}",
+                    )
+                )
+        tie = op.args.get("tie")
+        if isinstance(tie, str):
+            used.add(tie)
+            if tie not in defined:
+                diags.append(
+                    error(
+                        "MSL110",
+                        f"`tie = {tie}` names no op defined above",
+                        op.arg_spans.get("tie", op.span),
+                        did_you_mean(tie, defined),
+                    )
+                )
+        if op.kind == "repeat":
+            layer = op.args["layer"]
+            if not is_network:
+                diags.append(
+                    error("MSL116", "`repeat` belongs in the network, not in a layer", op.span)
+                )
+            elif layer not in spec.layers:
+                diags.append(
+                    error(
+                        "MSL114",
+                        f"unknown layer `{layer}`",
+                        op.arg_spans["layer"],
+                        did_you_mean(layer, spec.layers)
+                        or (f"layers: {', '.join(spec.layers)}" if spec.layers else "no layers"),
+                    )
+                )
+        if op.name in defined and op.name != "output":
+            diags.append(
+                error(
+                    "MSL102",
+                    f"`{op.name}` is defined twice",
+                    op.span,
+                    f"first defined on line {defined[op.name]}",
+                )
+            )
+        defined.setdefault(op.name, op.span.line)
+    if graph.output and graph.output not in defined:
+        diags.append(
+            error(
+                "MSL110",
+                f"unknown tensor `{graph.output}`",
+                graph.output_span,
+                did_you_mean(graph.output, defined),
+            )
+        )
+    used.add(graph.output or "")
+    for op in graph.ops:
+        if op.name not in used:
+            diags.append(
+                warning(
+                    "MSL112",
+                    f"`{op.name}` is computed but never used",
+                    op.span,
+                    "use it, or delete the statement",
+                )
+            )
+    return diags
+
+
+def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    diags: list[Diagnostic] = []
+    for graph in spec.layers.values():
+        diags += check_graph(graph, spec, is_network=False)
+    diags += check_graph(spec.network, spec, is_network=True)
+    for op in spec.network.ops:
+        if op.kind != "repeat" or op.args["layer"] not in spec.layers:
+            continue
+        layer = op.args["layer"]
+        if layer in facts.repeats:
+            diags.append(
+                error(
+                    "MSL121",
+                    f"layer `{layer}` is already repeated by `{facts.repeats[layer].name}`",
+                    op.span,
+                    "parameter paths name the layer: repeat each layer once "
+                    "(define a second layer block for a second stack)",
+                )
+            )
+            continue
+        facts.repeats[layer] = op
+        facts.order.append(layer)
+    for name, graph in spec.layers.items():
+        if name not in facts.repeats:
+            diags.append(
+                warning(
+                    "MSL124",
+                    f"layer `{name}` is never repeated",
+                    graph.span,
+                    f"use it in the network: `repeat {name}(x) N`",
+                )
+            )
+    facts.order.append("network")
+    for rc in spec.recompute.values():
+        if rc.layer not in spec.layers:
+            diags.append(
+                error(
+                    "MSL114",
+                    f"recompute names unknown layer `{rc.layer}`",
+                    rc.span,
+                    did_you_mean(rc.layer, spec.layers),
+                )
+            )
+            continue
+        ops = {op.name for op in spec.layers[rc.layer].ops}
+        for ref in rc.ops:
+            if ref.name not in ops:
+                diags.append(
+                    error(
+                        "MSL110",
+                        f"layer `{rc.layer}` has no op `{ref.name}`",
+                        ref.span,
+                        did_you_mean(ref.name, ops),
+                    )
+                )
+    return diags

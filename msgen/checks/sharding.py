@@ -1,0 +1,272 @@
+"""Sharding: splits name real mesh axes once each, divide the dims they split, and
+agree between producer and consumer (else an implicit redistribution, reported
+with its bytes per step). Every op gets a layout, every parameter a split."""
+
+from __future__ import annotations
+
+from math import prod
+
+from msgen.checks.facts import (
+    DTYPE_BYTES,
+    TOKEN_BYTES,
+    Facts,
+    GraphFacts,
+    OpFacts,
+    Redistribution,
+    context,
+    graph_of,
+)
+from msgen.checks.shapes import op_error
+from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
+from msgen.ir.models import Sharding, Spec
+from msgen.ops import OPS
+from msgen.ops.base import OpError, Param, Tensor, split_factor, whole
+
+TENSOR_AXES = ("dp", "tp")
+
+
+def check_sharding(s: Sharding, rank: int, what: str) -> list[Diagnostic]:
+    diags = []
+    if len(s.dims) != rank:
+        return [
+            error(
+                "MSL202",
+                f"{what} has {rank} dims but the split lists {len(s.dims)}",
+                s.span,
+                "give one entry per dim: a mesh axis, a product like dp*tp, or 1",
+            )
+        ]
+    seen: set[str] = set()
+    for axes, span in zip(s.dims, s.entry_spans, strict=True):
+        for axis in axes:
+            if axis == "pp":
+                diags.append(
+                    error(
+                        "MSL205",
+                        "`pp` cannot split a tensor",
+                        span,
+                        "pp splits the layers into pipeline stages; tensors split over dp or tp",
+                    )
+                )
+            elif axis not in TENSOR_AXES:
+                diags.append(
+                    error(
+                        "MSL203",
+                        f"unknown mesh axis `{axis}`",
+                        span,
+                        did_you_mean(axis, TENSOR_AXES) or "tensors split over `dp` and `tp`",
+                    )
+                )
+            elif axis in seen:
+                diags.append(
+                    error(
+                        "MSL204",
+                        f"axis `{axis}` splits {what} twice",
+                        span,
+                        "each mesh axis may split one dim of a tensor",
+                    )
+                )
+            seen.add(axis)
+    return diags
+
+
+def declared_ok(gf: GraphFacts, spec: Spec) -> list[Diagnostic]:
+    """Check every split written in a graph against the shape it applies to."""
+    graph = gf.graph
+    diags = []
+    if graph.input is not None and graph.input.sharding is not None:
+        diags += check_sharding(graph.input.sharding, len(graph.input.shape), graph.input.name)
+    ctx = context(spec)
+    for node in graph.ops:
+        if node.name not in gf.shapes:
+            continue
+        if node.out_sharding is not None:
+            diags += check_sharding(node.out_sharding, len(gf.shapes[node.name]), node.name)
+        if node.param_shardings:
+            operands = [gf.shapes.get(r.name, ()) for r in node.inputs]
+            try:
+                pshapes = OPS[node.kind].param_shapes(node, operands, ctx)
+            except OpError:
+                pshapes = {}
+            for pname, s in node.param_shardings.items():
+                if pname in pshapes:
+                    diags += check_sharding(s, len(pshapes[pname]), f"{node.name}.{pname}")
+    return diags
+
+
+def moved_bytes(t: Tensor, needed, ctx) -> int:
+    """Bytes each device receives to turn split `t.split` into `needed`: what it
+    must hold afterwards minus what it already holds of that."""
+    size = prod(t.shape) * t.itemsize
+    union = tuple(tuple(sorted(set(a) | set(b))) for a, b in zip(t.split, needed, strict=True))
+    f_need = prod(split_factor(a, ctx) for a in needed)
+    f_union = prod(split_factor(a, ctx) for a in union)
+    return max(0, size // f_need - size // f_union)
+
+
+class _Divisibility:
+    """Collects the first dim each mesh axis fails to divide, one report per axis."""
+
+    def __init__(self, spec: Spec, ctx):
+        self.spec = spec
+        self.ctx = ctx
+        self.first: dict[tuple[str, ...], tuple[str, int, Span]] = {}
+
+    def check(self, what: str, shape, split, span: Span):
+        for n, axes in zip(shape, split, strict=False):
+            f = split_factor(axes, self.ctx)
+            if axes and n % f:
+                self.first.setdefault(tuple(axes), (what, n, span))
+
+    def diagnostics(self) -> list[Diagnostic]:
+        mesh, dims = self.spec.mesh, self.spec.model.dims
+        out = []
+        for axes, (what, n, span) in self.first.items():
+            f = split_factor(axes, self.ctx)
+            named = next((k for k, v in dims.items() if v == n and k in what), None) or next(
+                (k for k, v in dims.items() if v == n), None
+            )
+            subject = f"{named} = {n}" if named else f"{n} ({what})"
+            if len(axes) == 1 and axes[0] in mesh.spans:
+                axis = axes[0]
+                hint = self.suggest(axis)
+                out.append(
+                    error(
+                        "MSL201",
+                        f"{axis} = {f} does not divide {subject}",
+                        mesh.spans[axis],
+                        hint,
+                    )
+                )
+            else:
+                out.append(
+                    error(
+                        "MSL201",
+                        f"{'*'.join(axes)} = {f} does not divide {subject}",
+                        span,
+                        "split over axes whose product divides the dim",
+                    )
+                )
+        return out
+
+    def suggest(self, axis: str) -> str:
+        mesh = self.spec.mesh
+        cluster = self.spec.cluster
+        devices = cluster.per_node * len(cluster.nodes) or mesh.devices
+        watched = [k for k in ("heads", "kv_heads", "hidden", "ffn", "vocab")
+                   if k in self.spec.model.dims]  # fmt: skip
+        dims = [self.spec.model.dims[k] for k in watched]
+        others = devices // max(1, mesh.pp)
+        good = [
+            t for t in range(1, others + 1) if others % t == 0 and all(d % t == 0 for d in dims)
+        ]
+        names = ", ".join(f"{k} ({self.spec.model.dims[k]})" for k in watched)
+        tries = ", ".join(f"{axis} = {t}" for t in good if t > 1) or f"{axis} = 1"
+        return (
+            f"{axis} must divide {names}, and dp * tp * pp must equal the {devices} devices: "
+            f"try {tries}"
+        )
+
+
+def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    diags: list[Diagnostic] = []
+    for name in facts.order:
+        gf = facts.graphs.get(name)
+        if gf is not None:
+            diags += declared_ok(gf, spec)
+    if diags:
+        return diags
+    ctx = context(spec)
+    divisibility = _Divisibility(spec, ctx)
+    item = DTYPE_BYTES[spec.model.dtype]
+    for name in facts.order:
+        gf = facts.graphs[name]
+        graph = graph_of(spec, name)
+        tied: dict[str, Param] = {}
+        op_ctx = context(spec, tied)
+        if graph.input is not None:
+            decl = graph.input
+            split = decl.sharding.dims if decl.sharding else whole(len(decl.shape))
+            itemsize = TOKEN_BYTES if name == "network" else item
+            gf.tensors[decl.name] = Tensor(decl.shape, split, itemsize)
+            divisibility.check(decl.name, decl.shape, split, decl.span)
+        for node in graph.ops:
+            if node.name not in gf.shapes or any(r.name not in gf.tensors for r in node.inputs):
+                continue
+            of = OpFacts(node, inputs=[gf.tensors[r.name] for r in node.inputs])
+            gf.ops[node.name] = of
+            shape = gf.shapes[node.name]
+            if node.kind == "repeat":
+                layer = facts.graphs[node.args["layer"]]
+                layer_in = layer.tensors.get(layer.graph.input.name)
+                if layer_in is None or layer.output is None:
+                    continue
+                needed = (layer_in.split,)
+                out = layer.output
+            else:
+                opdef = OPS[node.kind]
+                try:
+                    layout = opdef.layout(node, of.inputs, shape, op_ctx)
+                except OpError as exc:
+                    diags.append(op_error(exc, node))
+                    continue
+                of.layout = layout
+                needed = layout.inputs
+                itemsize = 4 if node.kind == "cross_entropy" else item
+                out = Tensor(shape, layout.output, itemsize)
+                for p in layout.params:
+                    span = node.param_shardings.get(p.name, node).span
+                    divisibility.check(f"{node.name}.{p.name}", p.shape, p.split, span)
+                    if node.kind == "embedding":
+                        tied[node.name] = p
+                for what, n, axes in opdef.divisible(node, layout, op_ctx):
+                    divisibility.check(what, (n,), (axes,), node.span)
+            of.output = out
+            gf.tensors[node.name] = out
+            divisibility.check(node.name, shape, out.split, node.span)
+            for ref, t, need in zip(node.inputs, of.inputs, needed, strict=False):
+                if t.split != need:
+                    moved = moved_bytes(t, need, ctx)
+                    if moved:
+                        of.redistributions.append(
+                            Redistribution(node.name, ref.name, t.split, need, moved)
+                        )
+            if node.kind != "repeat":
+                of.saves = OPS[node.kind].saves(node, of.inputs, out, op_ctx)
+    diags += divisibility.diagnostics()
+    diags += redistribution_warnings(spec, facts)
+    return diags
+
+
+def redistribution_warnings(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    out = []
+    steps = spec.micro_batches * 2  # forward, and its mirror in backward
+    for name in facts.order:
+        copies = facts.repeats[name].args["count"] if name in facts.repeats else 1
+        for of in facts.graphs[name].ops.values():
+            for r in of.redistributions:
+                per_step = r.bytes_per_device * steps * copies
+                ref = next(i for i in of.node.inputs if i.name == r.operand)
+                out.append(
+                    warning(
+                        "MSL208",
+                        f"`{r.operand}` is split {fmt_split(r.produced)} but `{r.op}` needs "
+                        f"{fmt_split(r.needed)}: an implicit redistribution moves "
+                        f"{human_bytes(per_step)} per device per step",
+                        ref.span,
+                        f"split `{r.operand}` as {fmt_split(r.needed)} where it is produced, "
+                        "if that is what you meant",
+                    )
+                )
+    return out
+
+
+def fmt_split(split) -> str:
+    return "[" + ", ".join("*".join(a) or "1" for a in split) + "]"
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"

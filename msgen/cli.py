@@ -1,0 +1,166 @@
+"""The `msgen` command: parse arguments, call the library, render diagnostics.
+
+Exit codes: 0 fine (warnings allowed), 1 the spec has errors, 2 usage error,
+3 stale (`--check`), 70 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_STALE, EXIT_INTERNAL = 0, 1, 2, 3, 70
+
+
+class UsageError(Exception):
+    pass
+
+
+def _read_spec(path: str):
+    from msgen.compiler import analyze
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"no such spec file: {path}")
+    return p, analyze
+
+
+def _report(result, fmt: str) -> None:
+    from msgen.report import render, sort_key
+
+    diags = sorted(result.diagnostics, key=sort_key)
+    if diags:
+        sys.stderr.write(render(diags, fmt, result.text))
+
+
+def _analyze(path: str, fmt: str, overrides=()):
+    p, analyze = _read_spec(path)
+    try:
+        result = analyze(p, list(overrides))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from exc
+    _report(result, fmt)
+    return result
+
+
+def cmd_check(args) -> int:
+    status = EXIT_OK
+    for path in args.files:
+        result = _analyze(path, args.error_format)
+        if not result.ok:
+            status = EXIT_ERRORS
+    return status
+
+
+def cmd_estimate(args) -> int:
+    from msgen.estimate.report import estimate_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    return estimate_command(result, args)
+
+
+def cmd_compile(args) -> int:
+    from msgen.emit.command import compile_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    if not result.ok:
+        return EXIT_ERRORS
+    return compile_command(result, args)
+
+
+def cmd_fmt(args) -> int:
+    from msgen.fmt import fmt_command
+
+    return fmt_command(args)
+
+
+def cmd_explain(args) -> int:
+    from msgen.codes import explain
+
+    text = explain(args.code)
+    if text is None:
+        raise UsageError(f"no such code: {args.code} (codes look like MSL201)")
+    sys.stdout.write(text)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from msgen import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="msgen",
+        description="Compile MSL specs to MindSpore pre-training code for Ascend clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"msgen {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def spec_command(name, help_text, func, many=False):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if many:
+            p.add_argument("files", nargs="+", metavar="SPEC")
+        else:
+            p.add_argument("file", metavar="SPEC")
+        p.add_argument(
+            "--error-format",
+            choices=("text", "json", "github"),
+            default="text",
+            help="how diagnostics are printed (default: text)",
+        )
+        p.set_defaults(func=func)
+        return p
+
+    spec_command("check", "report every mistake in specs, without writing anything", cmd_check,
+                 many=True)  # fmt: skip
+    p = spec_command("estimate", "memory per device per pipeline stage vs the budget",
+                     cmd_estimate)  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument("--svg", metavar="FILE", help="also draw the stages as a stacked-bar SVG")
+    p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
+                   help="what-if: change a value for this run, e.g. --set mesh.tp=4")  # fmt: skip
+
+    p = spec_command("compile", "generate the MindSpore training tree", cmd_compile)
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="write DIR/<model>/")  # fmt: skip
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; print a diff and exit 3 if the tree is stale")  # fmt: skip
+    p.add_argument("--force", action="store_true",
+                   help="overwrite files in the output folder that msgen did not write")  # fmt: skip
+    p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
+                   help="change a value for this run, e.g. --set mesh.tp=4")  # fmt: skip
+
+    p = sub.add_parser("fmt", help="rewrite specs in the canonical layout")
+    p.add_argument("files", nargs="+", metavar="SPEC")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 3 if a file would change")  # fmt: skip
+    p.set_defaults(func=cmd_fmt)
+
+    p = sub.add_parser("explain", help="what an error code means and how to fix it")
+    p.add_argument("code", metavar="CODE")
+    p.set_defaults(func=cmd_explain)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        sys.stderr.write(f"msgen: error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: say so plainly, never a bare traceback
+        import traceback
+
+        sys.stderr.write(
+            f"msgen: internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in msgen; please report it with the spec and this trace:\n"
+        )
+        traceback.print_exc(file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

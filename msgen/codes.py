@@ -1,0 +1,330 @@
+"""Every diagnostic code msgen can report, with what `msgen explain CODE` prints.
+
+Ranges: MSL0xx syntax, MSL1xx names and shapes, MSL2xx sharding, MSL3xx topology
+and pipeline, MSL4xx memory budget, MSL5xx training settings.
+"""
+
+from __future__ import annotations
+
+CODES: dict[str, tuple[str, str]] = {
+    # syntax
+    "MSL001": (
+        "syntax error",
+        "The parser met a token it did not expect here. A statement ends at the end of its "
+        "line; a bracketed list may span lines. The hint lists what would have been accepted.",
+    ),
+    "MSL002": (
+        "unexpected character",
+        "A character that no MSL token starts with, such as `$` or an unclosed string. "
+        "Names are letters, digits and `_`; strings are in double quotes on one line; "
+        "comments start with `#`.",
+    ),
+    "MSL003": (
+        "unexpected end of file",
+        "The file ended inside a block or a bracket. Close every `{` with `}` and every "
+        "`(` or `[` with its pair.",
+    ),
+    "MSL004": (
+        "unsupported version line",
+        "The first line names the language version: `msl 0.1`. This msgen reads 0.1.",
+    ),
+    # names and shapes
+    "MSL101": (
+        "unknown dim",
+        "An expression uses a name that is not a dim of the model block. Dims are defined "
+        "in `model NAME { ... }`; `batch` (= train.micro_batch * dp) is built in for shapes.",
+    ),
+    "MSL102": (
+        "defined twice",
+        "A dim, tensor, key, block, layer or fusion group is defined a second time. Each "
+        "name is defined once; rename one of them or delete the duplicate.",
+    ),
+    "MSL103": (
+        "unknown block",
+        "A top-level block msgen does not know. Blocks: model, cluster, mesh, layer, network, "
+        "recompute, pipeline, fusion, train, budget.",
+    ),
+    "MSL104": (
+        "unknown key or statement",
+        "A key that the block does not take, or a statement that does not belong in it "
+        "(for example an `input` in the mesh block). docs/language.md lists every key.",
+    ),
+    "MSL105": (
+        "missing required key",
+        "A block lacks a key it needs: model needs vocab, hidden, heads, layers, seq; cluster "
+        "needs device, per_node, nodes; mesh needs dp and tp; train needs micro_batch, "
+        "global_batch, optimizer, schedule. A layer and the model need a name.",
+    ),
+    "MSL106": (
+        "dim out of range",
+        "Dims are positive integers below 2^40.",
+    ),
+    "MSL107": (
+        "inexact division",
+        "`/` between dims must divide exactly (`ffn = hidden * 8 / 3` usually does not). "
+        "Use `//` to round down on purpose, or choose dims that divide.",
+    ),
+    "MSL108": (
+        "wrong kind of value",
+        "The value has the wrong form for its key: a dim needs an integer, device_memory a "
+        'size with a unit (`58 GiB`), nodes a list of strings, data `mindrecord("path")`.',
+    ),
+    "MSL110": (
+        "unknown tensor",
+        "An op uses a tensor name that is not defined in this layer or network. Each layer "
+        "sees only its own input and the tensors defined in it.",
+    ),
+    "MSL111": (
+        "used before definition",
+        "A name is used on a line above the one that defines it. Statements run top to "
+        "bottom; move the definition up.",
+    ),
+    "MSL112": (
+        "unused tensor (warning)",
+        "A tensor is computed but nothing consumes it and it is not the output. It still costs "
+        "compute and memory; use it or delete the statement.",
+    ),
+    "MSL113": (
+        "unknown op",
+        "The op library has no op by that name. Ops: embedding, positions, linear, attention, "
+        "layernorm, rmsnorm, gelu, silu, swiglu, dropout, cross_entropy, and `+`, `*`.",
+    ),
+    "MSL114": (
+        "unknown layer",
+        "`repeat` or `recompute` names a layer that no `layer NAME { ... }` block defines.",
+    ),
+    "MSL115": (
+        "wrong arguments",
+        "An op got too many positional arguments, an unknown keyword, the same argument twice, "
+        "or lacks a required one. docs/language.md gives each op's signature.",
+    ),
+    "MSL116": (
+        "wrong kind of operand",
+        "An op's operand is not what it takes: tensor operands are tensor names (write an "
+        "inner op on its own line), flags are `true`/`false`, and only `+` and `*` apply to "
+        "tensors. `repeat` belongs in the network and passes one tensor.",
+    ),
+    "MSL117": (
+        "shape mismatch",
+        "Operands do not fit together: `+` and `*` broadcast over trailing dims only, "
+        "cross_entropy takes logits [..., vocab] over the tokens' shape, the network takes "
+        "token ids [batch, seq] and ends in a scalar loss.",
+    ),
+    "MSL118": (
+        "repeat shape mismatch",
+        "A repeated layer must take the shape it is given and give the same shape back, so "
+        "that copies can be chained.",
+    ),
+    "MSL119": (
+        "op shape rule broken",
+        "An op's own shape rule fails: attention needs qkv width (heads + 2 * kv_heads) * "
+        "head_dim and heads a multiple of kv_heads; swiglu an even last dim; a tied output "
+        "layer the table's transpose.",
+    ),
+    "MSL120": (
+        "input or output missing or repeated",
+        "A layer and the network each take exactly one `input` and end with one `output`.",
+    ),
+    "MSL121": (
+        "layer repeated twice",
+        "Parameter paths name the repeated layer (`decoder.3.qkv.weight`), so each layer is "
+        "repeated by one `repeat`. Define a second layer block for a second stack.",
+    ),
+    "MSL122": (
+        "missing block",
+        "A spec needs model, cluster, mesh, network and train blocks.",
+    ),
+    "MSL123": (
+        "bad tie",
+        "`tie = NAME` must name an embedding op defined above in the same block; the output "
+        "layer then uses its table transposed and owns no weight.",
+    ),
+    "MSL124": (
+        "layer never used (warning)",
+        "A layer block that no `repeat` in the network uses. It is checked but generates "
+        "nothing.",
+    ),
+    # sharding
+    "MSL201": (
+        "split does not divide",
+        "A mesh axis splits a dim (or the attention heads) into unequal parts. Every split "
+        "dim must be divisible by the product of the axes splitting it; tp must divide heads, "
+        "kv_heads, hidden, ffn and vocab where it splits them.",
+    ),
+    "MSL202": (
+        "split has the wrong number of entries",
+        "`@ [...]` gives one entry per dim of the tensor or parameter it applies to.",
+    ),
+    "MSL203": (
+        "unknown mesh axis",
+        "Split entries name mesh axes: `dp`, `tp`, a product such as `dp*tp`, or `1`.",
+    ),
+    "MSL204": (
+        "axis used twice in one tensor",
+        "One mesh axis can split at most one dim of a tensor.",
+    ),
+    "MSL205": (
+        "pp splits a tensor",
+        "`pp` is the number of pipeline stages; it splits the repeated layers, not tensors.",
+    ),
+    "MSL206": (
+        "inconsistent reduction split",
+        "A linear's input last dim and its weight's input dim are split over different axes, "
+        "so the matmul's partial sums would not line up. Split both over the same axis (row "
+        "parallel) or leave one whole.",
+    ),
+    "MSL208": (
+        "implicit redistribution (warning)",
+        "A consumer needs a tensor split differently from how its producer splits it, so "
+        "MindSpore inserts communication in front of the consumer. The message gives the "
+        "bytes moved per device per step. Declare the split where the tensor is produced if "
+        "this is not what you meant.",
+    ),
+    "MSL209": (
+        "unknown parameter in a split",
+        "`NAME @ [...]` names a parameter the op does not have (linear: weight, bias; "
+        "embedding, positions: table; layernorm: gamma, beta; rmsnorm: gamma).",
+    ),
+    "MSL210": (
+        "invalid split",
+        "A split entry is not a mesh axis, a product of axes, or `1`, or it splits a dim the "
+        "op needs whole (norm weights).",
+    ),
+    # topology and pipeline
+    "MSL301": (
+        "mesh does not match the devices",
+        "dp * tp * pp must equal the number of devices: nodes × per_node.",
+    ),
+    "MSL302": (
+        "bad per_node",
+        "Atlas servers use 1, 2, 4 or 8 NPUs each, the same number on every node.",
+    ),
+    "MSL303": (
+        "tensor-parallel group spans nodes",
+        "Ranks put tp innermost, so tp must not exceed per_node: tensor parallelism needs "
+        "the fast links inside a server.",
+    ),
+    "MSL304": (
+        "invalid node address",
+        "server_id in the rank table is an IPv4 address, not a host name.",
+    ),
+    "MSL305": (
+        "duplicate node address",
+        "Each node appears once in `nodes`.",
+    ),
+    "MSL306": (
+        "invalid device IP",
+        "Device IPs are the NPUs' own RoCE IPv4 addresses (hccn.conf `address_N=IP`).",
+    ),
+    "MSL307": (
+        "duplicate device IP",
+        "Every device IP in the cluster is distinct, and differs from the node addresses.",
+    ),
+    "MSL308": (
+        "wrong number of device IPs",
+        "Each node needs exactly one device IP per device used (per_node), and device_ips "
+        "needs one entry per node.",
+    ),
+    "MSL309": (
+        "unreadable hccn.conf",
+        '`hccn("path")` reads /etc/hccn.conf lines `address_N=IP`, relative to the spec\'s '
+        "folder, numbered 0..N-1.",
+    ),
+    "MSL310": (
+        "unknown device",
+        "The device is not in msgen's catalogue (ascend910b, ascend910b3, ascend910b4, "
+        "ascend910a, a100_80g, h100_80g).",
+    ),
+    "MSL311": (
+        "pipeline split does not add up",
+        "`split` lists layers per stage; they must sum to the repeated layers.",
+    ),
+    "MSL312": (
+        "empty pipeline stage",
+        "Every stage needs at least one layer: pp may not exceed the layers, and no split "
+        "entry may be 0.",
+    ),
+    "MSL313": (
+        "too few micro-batches",
+        "A pipeline of pp stages needs micro_batches >= pp, or stages sit idle.",
+    ),
+    "MSL314": (
+        "split length differs from pp",
+        "`split` gives one count per pipeline stage: pp entries.",
+    ),
+    "MSL315": (
+        "bad pipeline schedule",
+        "Schedules: 1f1b, gpipe, interleaved(chunks = N). Interleaving needs layers divisible "
+        "by pp * chunks unless `split` is given.",
+    ),
+    # memory
+    "MSL401": (
+        "over the memory budget",
+        "A pipeline stage's estimated peak memory per device exceeds the budget "
+        "(budget.device_memory, or the device's memory minus its runtime reserve). The "
+        "message lists the breakdown and changes that would fit; `msgen estimate` shows all.",
+    ),
+    "MSL402": (
+        "little headroom (warning)",
+        "The total fits, but not with the 10% fragmentation headroom MindSpore usually needs.",
+    ),
+    # training
+    "MSL501": (
+        "batch arithmetic",
+        "global_batch must equal micro_batch * dp * micro_batches.",
+    ),
+    "MSL502": (
+        "warmup not shorter than the schedule",
+        "The learning-rate warmup must end before the schedule's last step.",
+    ),
+    "MSL503": (
+        "bad zero level",
+        "zero is 0 (off), 1 (optimizer states), 2 (+ gradients) or 3 (+ weights).",
+    ),
+    "MSL504": (
+        "unknown optimizer or argument",
+        "The optimizer is adamw(lr, beta1, beta2, eps, weight_decay).",
+    ),
+    "MSL505": (
+        "setting out of range",
+        "An optimizer, schedule or training value is outside its valid range (lr > 0, "
+        "0 <= beta < 1, eps > 0, weight_decay >= 0, grad_clip > 0, ...).",
+    ),
+    "MSL506": (
+        "unknown schedule or argument",
+        "The learning-rate schedule is cosine(warmup, steps, min_lr) or constant(warmup).",
+    ),
+    "MSL507": (
+        "fusion pattern matches nothing (warning)",
+        "A fusion group's pattern (an fnmatch glob over parameter paths such as "
+        "`decoder.3.qkv.weight`) matches no parameter.",
+    ),
+    "MSL508": (
+        "unknown dtype",
+        "dtypes are fp32, fp16 and bf16.",
+    ),
+    "MSL509": (
+        "bad recompute",
+        "recompute takes `LAYER = full`, `none` or `select(op, ...)` naming ops of the layer.",
+    ),
+    "MSL510": (
+        "bad checkpoint setting",
+        "checkpoint is `every N keep M` (N steps between saves, M kept) or `none`.",
+    ),
+    "MSL511": (
+        "too many fusion buckets",
+        "`buckets N` splits a group's layers into N ranges, so N may not exceed the layers.",
+    ),
+    "MSL512": (
+        "bad loss scale or gradient clip",
+        "loss_scale is `dynamic`, `none` or a positive number; grad_clip a positive number.",
+    ),
+}
+
+
+def explain(code: str) -> str | None:
+    entry = CODES.get(code.upper())
+    if entry is None:
+        return None
+    title, body = entry
+    return f"{code.upper()}: {title}\n\n{body}\n"

@@ -1,0 +1,66 @@
+"""The pipeline in one place: text -> AST -> IR -> checks -> (plan, estimate).
+
+Every stage returns diagnostics; none raises on a bad spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from msgen.checks import run_checks
+from msgen.checks.facts import Facts
+from msgen.diagnostics import Diagnostic, has_errors
+from msgen.ir.lower import lower
+from msgen.ir.models import Spec
+from msgen.syntax import parse
+from msgen.syntax.overrides import apply_overrides
+
+
+@dataclass
+class Result:
+    file: str
+    text: str
+    spec: Spec | None = None
+    facts: Facts | None = None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.spec is not None and not has_errors(self.diagnostics)
+
+
+def display_path(path: Path) -> str:
+    """The spec as headers and messages name it: relative to the current
+    directory in posix form, or its file name when it lies outside."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()) -> Result:
+    result = Result(file=file, text=text)
+    module, diags = parse(text, file)
+    result.diagnostics += diags
+    if module is None:
+        return result
+    if overrides:
+        module, diags = apply_overrides(module, list(overrides))
+        result.diagnostics += diags
+        if has_errors(diags):
+            return result
+    spec, diags = lower(module, text, file, base_dir)
+    result.diagnostics += diags
+    if spec is None or has_errors(diags):
+        return result
+    result.spec = spec
+    result.facts, diags = run_checks(spec)
+    result.diagnostics += diags
+    return result
+
+
+def analyze(path: Path, overrides: list[str] = ()) -> Result:
+    """Read and check one spec file (the caller handles a file that cannot be read)."""
+    text = path.read_text(encoding="utf-8")
+    return analyze_text(text, display_path(path), path.parent, overrides)

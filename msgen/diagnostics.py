@@ -1,0 +1,62 @@
+"""Source spans and diagnostics: what every stage returns instead of raising."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Span(BaseModel):
+    """A region of a spec file; lines and columns are 1-based, end column exclusive."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def to(self, other: Span) -> Span:
+        """The span from the start of this one to the end of `other`."""
+        return self.model_copy(update={"end_line": other.end_line, "end_col": other.end_col})
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class Diagnostic(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    severity: Severity
+    message: str
+    span: Span | None = None
+    hint: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+
+def error(code: str, message: str, span: Span | None, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code=code, severity=Severity.ERROR, message=message, span=span, hint=hint)
+
+
+def warning(code: str, message: str, span: Span | None, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code=code, severity=Severity.WARNING, message=message, span=span, hint=hint)
+
+
+def has_errors(diagnostics: list[Diagnostic]) -> bool:
+    return any(d.is_error for d in diagnostics)
+
+
+def did_you_mean(name: str, candidates) -> str | None:
+    """A hint naming the closest candidate, if one is close enough."""
+    import difflib
+
+    match = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.6)
+    return f"did you mean `{match[0]}`?" if match else None

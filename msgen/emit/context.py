@@ -1,0 +1,213 @@
+"""What the model.py and train.py templates are rendered from.
+
+The front end builds one `ModelContext` from the checked plan
+(`build_context(plan)`); the templates read nothing else. Everything is plain
+frozen data: ints, strings and tuples, so rendering is deterministic and the
+module imports neither mindspore nor jinja2.
+
+Conventions:
+- Shapes are logical (whole-model) shapes, as MindSpore's semi-auto parallel
+  wants them.
+- A strategy is MindSpore's `Primitive.shard` argument: one int tuple per
+  primitive input, e.g. `((dp, 1), (1, tp))` for a column-parallel MatMul.
+- `OpSpec.strategies` maps a *role* (one primitive of the op, see `ROLES`) to
+  its strategy. A role that is absent is not sharded (stand-alone layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Strategy = tuple[tuple[int, ...], ...]
+
+# The op kinds the templates know, and the strategy roles each one reads.
+# Roles of composite ops, and what the strategy describes:
+#   linear:        matmul  MatMul of x as [batch*seq, in] by weight [in, out]
+#                  bias    Add of the [batch*seq, out] product and bias [out]
+#                  tied:   matmul is MatMul(transpose_b) by the table [vocab, hidden]
+#   embedding:     gather  Gather(table [vocab, hidden], ids [batch, seq])
+#   attention:     scores  BatchMatMul of q and k as [batch, heads, seq, head_dim];
+#                          its batch and head splits place every other primitive
+#                          of the op (slices, rope, softmax, dropout, flash)
+#   layernorm:     norm    LayerNorm(x, gamma, beta)
+#   rmsnorm:       norm    layout of x, e.g. ((dp, 1, 1),); the primitives derive
+#   gelu/silu/dropout/swiglu: x   layout of the input, e.g. ((dp, 1, tp),)
+#   add/mul:       x       Add/Mul strategy for both operands
+#   cross_entropy: logits  layout of logits as [batch*seq, vocab], e.g. ((dp, tp),);
+#                          one-hot, softmax cross entropy and the mean derive
+ROLES: dict[str, tuple[str, ...]] = {
+    "embedding": ("gather",),
+    "positions": (),
+    "linear": ("matmul", "bias"),
+    "attention": ("scores",),
+    "layernorm": ("norm",),
+    "rmsnorm": ("norm",),
+    "gelu": ("x",),
+    "silu": ("x",),
+    "swiglu": ("x",),
+    "dropout": ("x",),
+    "add": ("x",),
+    "mul": ("x",),
+    "cross_entropy": ("logits",),
+    "repeat": (),
+}
+
+DTYPES = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter of an op; its path is `<layer>.<copy>.<op>.<name>` or `<op>.<name>`."""
+
+    name: str  # weight, bias, table, gamma, beta
+    shape: tuple[int, ...]  # logical shape
+    init: str  # normal (std 0.02), zeros, ones
+    decay: bool  # AdamW weight decay applies (not to norms and biases)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op; its output tensor, its attribute and its parameter-path segment share `name`.
+
+    Only the arguments of its own kind matter; the others keep their defaults.
+    `inputs` are tensor names or, for add/mul, float constants.
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[str | float, ...]
+    params: tuple[ParamSpec, ...] = ()
+    strategies: tuple[tuple[str, Strategy], ...] = ()
+    recompute: bool = False  # selective recompute of this op
+    stage: int = 0  # pipeline stage; network ops only (layer ops: the copy's)
+    # linear
+    n_out: int = 0
+    bias: bool = True
+    tie: str | None = None  # the embedding op whose table is reused, transposed
+    # attention
+    heads: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+    causal: bool = False
+    rope: bool = False
+    flash: bool = False
+    # dropout probability (dropout, attention)
+    p: float = 0.0
+    # layernorm / rmsnorm
+    eps: float = 0.0
+    # gelu: tanh approximation instead of erf
+    approximate: bool = False
+    # repeat: `count` copies of `layer`, copy i on pipeline stage `stages[i]`
+    layer: str | None = None
+    count: int = 0
+    stages: tuple[int, ...] = ()
+
+    def strategy(self, role: str) -> Strategy | None:
+        return dict(self.strategies).get(role)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """A `layer` block: one nn.Cell class, instantiated once per repeat copy."""
+
+    name: str
+    input: str
+    output: str  # name of the op whose result the layer returns
+    ops: tuple[OpSpec, ...]
+    recompute: bool = False  # full recompute of every copy
+
+    @property
+    def class_name(self) -> str:
+        return camel(self.name)
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """The `network` block: tokens in, scalar loss out (cross_entropy is the last op)."""
+
+    input: str  # token ids; the labels are the second construct argument
+    output: str
+    ops: tuple[OpSpec, ...]
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    micro_batch: int
+    global_batch: int
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    warmup: int
+    steps: int
+    min_lr: float
+    zero: int = 0  # 0-3
+    loss_scale: str = "none"  # dynamic | none
+    grad_clip: float | None = None
+    checkpoint_every: int | None = None
+    checkpoint_keep: int = 5
+    data: str | None = None  # MindRecord path; none: only --synthetic runs
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    name: str
+    spec_path: str  # posix path for the header
+    spec_sha256: str
+    dtype: str  # compute dtype: fp32 | fp16 | bf16
+    param_dtype: str
+    vocab: int
+    seq: int
+    dp: int
+    tp: int
+    pp: int
+    micro_batches: int
+    schedule: str  # 1f1b | gpipe
+    layers: tuple[LayerSpec, ...]
+    network: NetworkSpec
+    train: TrainSpec
+    fusion: tuple[tuple[str, int], ...] = field(default=())  # parameter path -> comm fusion id
+
+    @property
+    def class_name(self) -> str:
+        return camel(self.name)
+
+    def layer(self, name: str) -> LayerSpec:
+        return next(layer for layer in self.layers if layer.name == name)
+
+    def parameters(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Every parameter path and logical shape, in MindSpore's order."""
+        out: list[tuple[str, tuple[int, ...]]] = []
+        for op in self.network.ops:
+            if op.kind == "repeat":
+                assert op.layer is not None
+                for copy in range(op.count):
+                    for inner in self.layer(op.layer).ops:
+                        prefix = f"{op.layer}.{copy}.{inner.name}"
+                        out.extend((f"{prefix}.{p.name}", p.shape) for p in inner.params)
+            else:
+                out.extend((f"{op.name}.{p.name}", p.shape) for p in op.params)
+        return tuple(out)
+
+    def no_decay_patterns(self) -> tuple[str, ...]:
+        """fnmatch patterns of the parameters AdamW must not decay."""
+        out: list[str] = []
+        for op in self.network.ops:
+            if op.kind == "repeat":
+                assert op.layer is not None
+                for inner in self.layer(op.layer).ops:
+                    pats = (f"{op.layer}.*.{inner.name}.{p.name}" for p in inner.params)
+                    out.extend(pat for pat, p in zip(pats, inner.params) if not p.decay)
+            else:
+                out.extend(f"{op.name}.{p.name}" for p in op.params if not p.decay)
+        return tuple(dict.fromkeys(out))
+
+    def kinds(self) -> frozenset[str]:
+        ops = [*self.network.ops, *(op for layer in self.layers for op in layer.ops)]
+        return frozenset(op.kind for op in ops)
+
+
+def camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))

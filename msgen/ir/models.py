@@ -1,0 +1,177 @@
+"""IR of a spec: what lowering resolves from the AST, before any check runs.
+
+Values are evaluated (dims are ints, sizes are bytes), names are still names:
+the check passes resolve and validate them. Every node keeps its span, and
+each block keeps the span of each key (`spans`) so errors point at a line.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from msgen.diagnostics import Span
+
+Split = tuple[tuple[str, ...], ...]
+"""Per tensor dim, the mesh axes it is split over; () means whole."""
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    span: Span
+
+
+class Block(Node):
+    spans: dict[str, Span] = Field(default_factory=dict)
+
+
+class Sharding(Node):
+    dims: Split
+    entry_spans: tuple[Span, ...] = ()
+    """One per dim; the axes are as written, unknown ones included (the sharding
+    pass checks them)."""
+
+
+class TensorRef(Node):
+    name: str
+
+
+class OpNode(Node):
+    """One statement of a layer or network: `name = kind(inputs, args) annots`.
+
+    `inputs` are the tensor operands in order; `args` are the evaluated
+    non-tensor arguments by name (dims, floats, bools, or an op name for `tie`).
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[TensorRef, ...] = ()
+    args: dict[str, int | float | bool | str] = Field(default_factory=dict)
+    arg_spans: dict[str, Span] = Field(default_factory=dict)
+    out_sharding: Sharding | None = None
+    param_shardings: dict[str, Sharding] = Field(default_factory=dict)
+
+
+class TensorDecl(Node):
+    name: str
+    shape: tuple[int, ...]
+    sharding: Sharding | None = None
+
+
+class Graph(Node):
+    """A `layer` (repeated) or the `network`; `output` names the op that ends it."""
+
+    name: str
+    input: TensorDecl | None
+    ops: tuple[OpNode, ...] = ()
+    output: str | None = None
+    output_span: Span | None = None
+
+
+class Model(Block):
+    name: str
+    dims: dict[str, int] = Field(default_factory=dict)
+    dtype: str = "fp32"
+    param_dtype: str = "fp32"
+
+
+class Cluster(Block):
+    device: str = ""
+    per_node: int = 0
+    nodes: tuple[str, ...] = ()
+    device_ips: tuple[tuple[str, ...], ...] | None = None
+    master_port: int = 8118
+    device_ip_sources: tuple[str, ...] = ()
+    """Files the device IPs were read from (relative to the spec): part of its hash."""
+
+
+class Mesh(Block):
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+
+    def size(self, axis: str) -> int:
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp}.get(axis, 1)
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp * self.pp
+
+
+class Recompute(Node):
+    layer: str
+    mode: str  # full | select | none
+    ops: tuple[TensorRef, ...] = ()
+
+
+class Pipeline(Block):
+    micro_batches: int | None = None
+    schedule: str = "1f1b"  # 1f1b | gpipe | interleaved
+    chunks: int = 1
+    split: tuple[int, ...] | None = None
+
+
+class FusionGroup(Node):
+    kind: str  # allreduce | allgather | reducescatter
+    name: str
+    patterns: tuple[str, ...]
+    buckets: int = 1
+
+
+class Call(Node):
+    """`adamw(lr = 3e-4, ...)` or `cosine(warmup = 2000, ...)`."""
+
+    name: str
+    args: dict[str, int | float | bool | str] = Field(default_factory=dict)
+    arg_spans: dict[str, Span] = Field(default_factory=dict)
+
+
+class Checkpoint(Node):
+    every: int
+    keep: int
+
+
+class Train(Block):
+    micro_batch: int = 1
+    global_batch: int = 1
+    optimizer: Call | None = None
+    schedule: Call | None = None
+    zero: int = 0
+    loss_scale: str | None = None  # dynamic | none | a fixed number as text
+    grad_clip: float | None = None
+    master_weights: str | None = None
+    grad_dtype: str | None = None
+    checkpoint: Checkpoint | None = None
+    data: str | None = None
+    seed: int = 0
+
+
+class Budget(Block):
+    device_memory: int | None = None  # bytes
+
+
+class Spec(BaseModel):
+    """The whole resolved spec."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    sha256: str
+    model: Model
+    cluster: Cluster
+    mesh: Mesh
+    layers: dict[str, Graph] = Field(default_factory=dict)
+    network: Graph
+    recompute: dict[str, Recompute] = Field(default_factory=dict)
+    pipeline: Pipeline
+    fusion: tuple[FusionGroup, ...] = ()
+    train: Train
+    budget: Budget
+    block_spans: dict[str, Span] = Field(default_factory=dict)
+
+    @property
+    def micro_batches(self) -> int:
+        if self.pipeline.micro_batches is not None:
+            return self.pipeline.micro_batches
+        per_step = self.train.micro_batch * self.mesh.dp
+        return max(1, self.train.global_batch // per_step) if per_step else 1

@@ -1,0 +1,170 @@
+"""What every op in the library declares, and the helpers they share.
+
+An op is one class: its arguments, shape inference, parameters, the layout
+(sharding) it computes at and the collectives that implies, and the tensors it
+saves for backward. Splits are per-dim tuples of mesh axes (see `ir.models.Split`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import ClassVar
+
+from msgen.ir.models import OpNode, Split
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str  # tensor | int | float | bool | op
+    default: object = REQUIRED
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor as an op sees it: logical shape, split, element size in bytes."""
+
+    shape: tuple[int, ...]
+    split: Split
+    itemsize: int
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    shape: tuple[int, ...]
+    split: Split
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str  # AllReduce | AllGather | ReduceScatter
+    axes: tuple[str, ...]
+    elements: int  # logical elements of the tensor it moves (per micro-batch)
+    what: str
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A tensor kept for backward. `key` is a tensor name when the op saves one of
+    its operands or its output (so several consumers count it once), else
+    `<op>.<what>` for a tensor of the op's own."""
+
+    key: str
+    shape: tuple[int, ...]
+    split: Split
+    itemsize: int
+    role: str  # input | output | internal
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How an op runs: the split each input must have (an implicit
+    redistribution goes in front when the producer gave another), its
+    parameters' splits, its output split and the collectives that implies."""
+
+    inputs: tuple[Split, ...]
+    output: Split
+    params: tuple[Param, ...] = ()
+    collectives: tuple[Collective, ...] = ()
+
+
+class OpError(Exception):
+    """A shape or layout rule an op's operands break; `at` names the argument
+    (or `@`, or a parameter) whose span the diagnostic should point at."""
+
+    def __init__(self, code: str, message: str, at: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.at = at
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Context:
+    """What ops may consult beyond their operands."""
+
+    mesh_sizes: dict[str, int]
+    dims: dict[str, int]
+    dtype_bytes: int
+    tied: dict[str, Param] = field(default_factory=dict)  # op name -> its table
+
+
+def whole(rank: int) -> Split:
+    return tuple(() for _ in range(rank))
+
+
+def split_factor(axes: tuple[str, ...], ctx: Context) -> int:
+    return prod(ctx.mesh_sizes.get(a, 1) for a in axes)
+
+
+def declared(node: OpNode, param: str, rank: int) -> Split:
+    sharding = node.param_shardings.get(param)
+    return sharding.dims if sharding is not None and len(sharding.dims) == rank else whole(rank)
+
+
+def out_declared(node: OpNode, rank: int) -> Split | None:
+    s = node.out_sharding
+    return s.dims if s is not None and len(s.dims) == rank else None
+
+
+class OpDef:
+    name: ClassVar[str]
+    args: ClassVar[tuple[Arg, ...]]
+    params: ClassVar[tuple[str, ...]] = ()  # names `param @ [...]` may shard
+    composite: ClassVar[bool] = False  # a Cell in MindSpore: keeps its output under recompute
+
+    def tensor_args(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.kind == "tensor")
+
+    def shape(self, node: OpNode, inputs: list[tuple[int, ...]], ctx: Context) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def param_shapes(
+        self, node: OpNode, inputs: list[tuple[int, ...]], ctx: Context
+    ) -> dict[str, tuple[int, ...]]:
+        return {}
+
+    def layout(self, node: OpNode, inputs: list[Tensor], out_shape, ctx: Context) -> Layout:
+        """Default: elementwise; output split = the declared one, else the first input's."""
+        out = out_declared(node, len(out_shape)) or inputs[0].split
+        return Layout(inputs=tuple(_align(out, t.shape) for t in inputs), output=out)
+
+    def saves(
+        self, node: OpNode, inputs: list[Tensor], output: Tensor, ctx: Context
+    ) -> list[Saved]:
+        return []
+
+    def divisible(self, node: OpNode, layout: Layout, ctx: Context):
+        """Counts other than tensor dims that a split must divide: (what, n, axes)."""
+        return []
+
+
+def _align(split: Split, shape: tuple[int, ...]) -> Split:
+    """The trailing part of `split` that applies to a (broadcast) operand of `shape`;
+    a broadcast dim of size 1 stays whole."""
+    tail = split[len(split) - len(shape) :] if len(shape) <= len(split) else split
+    return tuple(() if n == 1 else s for n, s in zip(shape, tail, strict=False))
+
+
+def saved_operand(name: str, t: Tensor) -> Saved:
+    return Saved(key=name, shape=t.shape, split=t.split, itemsize=t.itemsize, role="input")
+
+
+def replace_last(split: Split, last: tuple[str, ...]) -> Split:
+    return tuple(split[:-1]) + (last,)
+
+
+def partial_sum(out: Split, reduce_axes: tuple[str, ...], elements: int, what: str):
+    """The collective that completes a matmul whose reduction dim is split over
+    `reduce_axes`: a ReduceScatter when the output is split over exactly those
+    axes on a non-last dim (sequence parallelism), else an AllReduce."""
+    if not reduce_axes:
+        return ()
+    scattered = any(s == reduce_axes for s in out[:-1])
+    kind = "ReduceScatter" if scattered else "AllReduce"
+    return (Collective(kind, reduce_axes, elements, what),)

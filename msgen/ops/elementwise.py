@@ -1,0 +1,103 @@
+"""Elementwise ops: activations, dropout, `+` and `*`."""
+
+from __future__ import annotations
+
+from msgen.ops.base import Arg, Layout, OpDef, OpError, Saved, _align, out_declared, saved_operand
+
+
+class _Unary(OpDef):
+    saves_input = True
+
+    def shape(self, node, inputs, ctx):
+        return inputs[0]
+
+    def saves(self, node, inputs, output, ctx):
+        return [saved_operand(node.inputs[0].name, inputs[0])] if self.saves_input else []
+
+
+class Gelu(_Unary):
+    name = "gelu"
+    args = (Arg("x", "tensor"), Arg("approximate", "bool", False))
+
+
+class Silu(_Unary):
+    name = "silu"
+    args = (Arg("x", "tensor"),)
+
+
+class Swiglu(_Unary):
+    """[gate | up] halves of the last dim; out = silu(gate) * up. A split last dim
+    splits both halves alike (the producing weight is laid out per shard)."""
+
+    name = "swiglu"
+    args = (Arg("x", "tensor"),)
+
+    def shape(self, node, inputs, ctx):
+        (x,) = inputs
+        if not x or x[-1] % 2:
+            raise OpError("MSL119", "swiglu needs an even last dim ([gate | up])", "x")
+        return x[:-1] + (x[-1] // 2,)
+
+
+class Dropout(_Unary):
+    name = "dropout"
+    args = (Arg("x", "tensor"), Arg("p", "float", 0.1))
+    saves_input = False
+
+    def saves(self, node, inputs, output, ctx):
+        if not node.args.get("p"):
+            return []
+        # the mask is made at the output's split, one byte per element
+        return [Saved(f"{node.name}.mask", output.shape, output.split, 1, "internal")]
+
+
+def broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy broadcasting over trailing dims, or None when the shapes disagree."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(reversed(out))
+
+
+class _Binary(OpDef):
+    """`a + b`, `a * b`; a constant operand is an arg `const`, not an input."""
+
+    symbol = "+"
+
+    def shape(self, node, inputs, ctx):
+        if len(inputs) == 1:
+            return inputs[0]
+        out = broadcast(inputs[0], inputs[1])
+        if out is None:
+            raise OpError(
+                "MSL117",
+                f"`{self.symbol}` of shapes {list(inputs[0])} and {list(inputs[1])} "
+                "does not broadcast",
+                None,
+                "operands must agree on trailing dims (or be 1 there)",
+            )
+        return out
+
+    def layout(self, node, inputs, out_shape, ctx):
+        widest = max(inputs, key=lambda t: len(t.shape))  # max keeps the first on ties
+        out = out_declared(node, len(out_shape)) or _align(widest.split, out_shape)
+        return Layout(inputs=tuple(_align(out, t.shape) for t in inputs), output=out)
+
+
+class Add(_Binary):
+    name = "add"
+    symbol = "+"
+    args = (Arg("a", "tensor"), Arg("b", "tensor"))
+
+
+class Mul(_Binary):
+    name = "mul"
+    symbol = "*"
+    args = (Arg("a", "tensor"), Arg("b", "tensor"))
+
+    def saves(self, node, inputs, output, ctx):
+        return [saved_operand(ref.name, t) for ref, t in zip(node.inputs, inputs, strict=True)]

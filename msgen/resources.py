@@ -1,0 +1,31 @@
+"""Where the grammar and templates live: inside the installed package, or at the repo top.
+
+The wheel carries `grammar/` and `templates/` as `msgen/grammar` and `msgen/templates`
+(hatch force-include). In a checkout or an editable install they stay at the top of
+the repository, next to the `msgen/` package.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@cache
+def resource_dir(name: str) -> Path:
+    """Return the folder `name` (`grammar` or `templates`) that ships with msgen."""
+    installed = _PACKAGE / name
+    if installed.is_dir():
+        return installed
+    # Development checkout or editable install: the folder sits at the repository top.
+    # Only trust that when the parent really is msgen's repository, never some other
+    # package's stray top-level folder in site-packages.
+    repo = _PACKAGE.parent
+    checkout = repo / name
+    if checkout.is_dir() and (repo / "pyproject.toml").is_file():
+        return checkout
+    raise FileNotFoundError(
+        f"msgen resource folder {name!r} is missing: looked in {installed} and {checkout}"
+    )

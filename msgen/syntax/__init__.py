@@ -1,0 +1,5 @@
+"""Text to AST: the grammar, the post-lexer and the dataclass tree with spans."""
+
+from msgen.syntax.parser import parse
+
+__all__ = ["parse"]

@@ -1,0 +1,300 @@
+"""Parse MSL text into the AST of `msgen.syntax.ast`, or into MSL0xx diagnostics."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from msgen.diagnostics import Diagnostic, Span, error
+from msgen.resources import resource_dir
+from msgen.syntax import ast
+
+OPENERS = {"LPAR", "LSQB"}
+CLOSERS = {"RPAR", "RSQB"}
+
+# How a terminal is named in a message.
+TERMINAL_WORDS = {
+    "NAME": "a name",
+    "WORD": "a name",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "UNIT": "a unit (GiB, MiB, ...)",
+    "_NL": "end of line",
+    "$END": "end of file",
+    "INPUT": "`input`",
+    "OUTPUT": "`output`",
+    "REPEAT": "`repeat`",
+    "EVERY": "`every`",
+    "KEEP": "`keep`",
+    "BUCKETS": "`buckets`",
+    "EQUAL": "`=`",
+    "COLON": "`:`",
+    "COMMA": "`,`",
+    "AT": "`@`",
+    "PLUS": "`+`",
+    "MINUS": "`-`",
+    "STAR": "`*`",
+    "SLASH": "`/`",
+    "DOUBLESLASH": "`//`",
+    "LPAR": "`(`",
+    "RPAR": "`)`",
+    "LSQB": "`[`",
+    "RSQB": "`]`",
+    "LBRACE": "`{`",
+    "RBRACE": "`}`",
+}
+
+
+class _Statements:
+    """Post-lexer: newlines inside () and [] are not statement ends, and runs of
+    blank or comment lines are one newline. The file always ends in a newline."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream):
+        depth = 0
+        last = None
+        for tok in stream:
+            if tok.type in OPENERS:
+                depth += 1
+            elif tok.type in CLOSERS:
+                depth = max(0, depth - 1)
+            elif tok.type == "_NL" and (depth > 0 or last is None or last.type == "_NL"):
+                continue
+            last = tok
+            yield tok
+        if last is not None and last.type != "_NL":
+            yield Token.new_borrow_pos("_NL", "\n", last)
+
+
+_comments: list[tuple[int, str]] = []
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    grammar = (resource_dir("grammar") / "msl.lark").read_text()
+    return Lark(
+        grammar,
+        parser="lalr",
+        lexer="contextual",
+        postlex=_Statements(),
+        propagate_positions=True,
+        maybe_placeholders=False,
+        lexer_callbacks={"COMMENT": lambda tok: _comments.append((tok.line, str(tok)))},
+        cache=True,
+    )
+
+
+def _span(file: str, meta) -> Span:
+    return Span(
+        file=file, line=meta.line, col=meta.column, end_line=meta.end_line, end_col=meta.end_column
+    )
+
+
+def _token_span(file: str, tok: Token) -> Span:
+    return Span(
+        file=file, line=tok.line, col=tok.column, end_line=tok.end_line, end_col=tok.end_column
+    )
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+@v_args(meta=True)
+class _ToAst(Transformer):
+    def __init__(self, file: str):
+        super().__init__()
+        self.file = file
+
+    def _s(self, meta) -> Span:
+        return _span(self.file, meta)
+
+    def _name(self, tok: Token) -> ast.Name:
+        return ast.Name(_token_span(self.file, tok), str(tok))
+
+    # atoms
+    def number(self, meta, children):
+        (tok,) = children
+        return ast.Number(self._s(meta), _number(str(tok)), str(tok))
+
+    def size(self, meta, children):
+        num, unit = children
+        number = ast.Number(_token_span(self.file, num), _number(str(num)), str(num))
+        return ast.Size(self._s(meta), number, str(unit))
+
+    def string(self, meta, children):
+        (tok,) = children
+        return ast.String(self._s(meta), str(tok)[1:-1])
+
+    def name(self, meta, children):
+        return self._name(children[0])
+
+    def _binop(op):  # noqa: N805 - a factory used while building the class
+        def build(self, meta, children):
+            left, _, right = children
+            return ast.BinOp(self._s(meta), op, left, right)
+
+        return build
+
+    add = _binop("+")
+    sub = _binop("-")
+    mul = _binop("*")
+    div = _binop("/")
+    floordiv = _binop("//")
+
+    def neg(self, meta, children):
+        return ast.Neg(self._s(meta), children[1])
+
+    def atom(self, meta, children):  # parenthesised expression
+        return children[1]
+
+    def args(self, meta, children):
+        return [c for c in children if not isinstance(c, Token)]
+
+    def kwarg(self, meta, children):
+        name, _, value = children
+        return ast.Kwarg(self._s(meta), self._name(name), value)
+
+    def _split_args(self, items):
+        args = tuple(a for a in items if not isinstance(a, ast.Kwarg))
+        kwargs = tuple(a for a in items if isinstance(a, ast.Kwarg))
+        return args, kwargs
+
+    def call(self, meta, children):
+        func = self._name(children[0])
+        items = next((c for c in children if isinstance(c, list)), [])
+        args, kwargs = self._split_args(items)
+        return ast.Call(self._s(meta), func, args, kwargs)
+
+    def list(self, meta, children):
+        items = tuple(c for c in children if not isinstance(c, Token))
+        return ast.List(self._s(meta), items)
+
+    def repeat(self, meta, children):
+        layer = self._name(children[1])
+        items = next((c for c in children if isinstance(c, list)), [])
+        args, kwargs = self._split_args(items)
+        return ast.Repeat(self._s(meta), layer, args, kwargs, children[-1])
+
+    def every(self, meta, children):
+        return ast.Every(self._s(meta), children[1], children[3])
+
+    # statements
+    # A statement's span runs from its first token to its last node, so it
+    # never takes in the newline (or comment) that ends it.
+    def annot(self, meta, children):
+        param = self._name(children[0]) if len(children) == 3 else None
+        return ast.Annot(self._s(meta), param, children[-1])
+
+    def assign(self, meta, children):
+        target, _, value, *annots = children
+        target = self._name(target)
+        span = target.span.to((annots or [value])[-1].span)
+        return ast.Assign(span, target, value, tuple(annots))
+
+    def input_decl(self, meta, children):
+        kw, name, _, shape, *annots = children
+        span = _token_span(self.file, kw).to((annots or [shape])[-1].span)
+        return ast.InputDecl(span, self._name(name), shape, tuple(annots))
+
+    def output_stmt(self, meta, children):
+        kw, value, *annots = children
+        span = _token_span(self.file, kw).to((annots or [value])[-1].span)
+        return ast.OutputStmt(span, value, tuple(annots))
+
+    def buckets(self, meta, children):
+        return children[1]
+
+    def group_decl(self, meta, children):
+        kind, name, _, value, *rest = children
+        buckets = rest[0] if rest else None
+        kind = self._name(kind)
+        span = kind.span.to((buckets or value).span)
+        return ast.GroupDecl(span, kind, self._name(name), value, buckets)
+
+    def block(self, meta, children):
+        names = [c for c in children if isinstance(c, Token) and c.type == "NAME"]
+        stmts = tuple(c for c in children if not isinstance(c, Token))
+        kind = self._name(names[0])
+        name = self._name(names[1]) if len(names) > 1 else None
+        close = next(c for c in children if isinstance(c, Token) and c.type == "RBRACE")
+        return ast.Block(kind.span.to(_token_span(self.file, close)), kind, name, stmts)
+
+    def version(self, meta, children):
+        kw, num = children
+        number = ast.Number(_token_span(self.file, num), _number(str(num)), str(num))
+        keyword = self._name(kw)
+        return ast.Version(keyword.span.to(number.span), keyword, number)
+
+    def start(self, meta, children):
+        version = next((c for c in children if isinstance(c, ast.Version)), None)
+        blocks = tuple(c for c in children if isinstance(c, ast.Block))
+        span = Span(file=self.file, line=1, col=1, end_line=1, end_col=1)
+        if not meta.empty:
+            span = self._s(meta)
+        return ast.Module(span, version, blocks)
+
+
+def _expected(exc: UnexpectedInput) -> str:
+    names = sorted({TERMINAL_WORDS.get(t, t) for t in getattr(exc, "expected", ()) or ()})
+    if not names:
+        return ""
+    if len(names) > 6:
+        names = names[:6] + ["..."]
+    return "expected " + ", ".join(names)
+
+
+def _syntax_error(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
+    line = getattr(exc, "line", 1) or 1
+    col = getattr(exc, "column", 1) or 1
+    if isinstance(exc, UnexpectedCharacters):
+        char = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        span = Span(file=file, line=line, col=col, end_line=line, end_col=col + 1)
+        hint = "names are letters, digits and `_`; comments start with `#`"
+        if char == '"':
+            hint = "a string must close on the same line"
+        return error("MSL002", f"unexpected character {char!r}", span, hint)
+    if isinstance(exc, UnexpectedEOF) or (
+        isinstance(exc, UnexpectedToken) and exc.token.type == "$END"
+    ):
+        lines = text.splitlines() or [""]
+        last = len(lines)
+        span = Span(file=file, line=last, col=1, end_line=last, end_col=max(2, len(lines[-1]) + 1))
+        return error(
+            "MSL003",
+            "unexpected end of file",
+            span,
+            "a block or bracket is not closed; " + _expected(exc),
+        )
+    tok = exc.token
+    if tok.type == "_NL":
+        span = Span(
+            file=file, line=tok.line, col=tok.column, end_line=tok.line, end_col=tok.column + 1
+        )
+        what = "end of line"
+    else:
+        span = _token_span(file, tok)
+        what = f"`{tok}`"
+    return error("MSL001", f"unexpected {what}", span, _expected(exc) or None)
+
+
+def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diagnostic]]:
+    """Parse a whole spec. Returns the module, or None and the syntax error."""
+    parser = _parser()
+    _comments.clear()
+    if not text.endswith("\n"):
+        text += "\n"
+    try:
+        tree = parser.parse(text)
+    except UnexpectedInput as exc:
+        return None, [_syntax_error(exc, file, text)]
+    module = _ToAst(file).transform(tree)
+    comments = tuple(_comments)
+    _comments.clear()
+    return ast.Module(module.span, module.version, module.blocks, comments), []
