@@ -1,0 +1,65 @@
+"""Render model.py and train.py from a ModelContext: jinja2, then black, in-process.
+
+jinja2 and black are imported inside the functions so that importing msgen (and
+`msgen check`) stays fast.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from msgen.emit import opcode
+from msgen.emit.context import ModelContext
+
+if TYPE_CHECKING:
+    import jinja2
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _format(source: str) -> str:
+    import black
+
+    return black.format_str(source, mode=black.Mode(target_versions={black.TargetVersion.PY311}))
+
+
+def _render(template: str, **values: Any) -> str:
+    return _format(_environment().get_template(template).render(**values))
+
+
+def render_model(ctx: ModelContext) -> str:
+    code: dict[str | None, opcode.CellCode] = {layer.name: opcode.layer_code(layer, ctx) for layer in ctx.layers}
+    code[None] = opcode.network_code(ctx)
+    helpers = frozenset().union(*(c.helpers for c in code.values()))
+    flash = any(op.flash for layer in ctx.layers for op in layer.ops) or any(op.flash for op in ctx.network.ops)
+    return _render(
+        "model.py.j2",
+        ctx=ctx,
+        code=code,
+        helpers=helpers,
+        kinds=ctx.kinds(),
+        flash=flash,
+        dtypes=DTYPES,
+    )
+
+
+def render_train(ctx: ModelContext) -> str:
+    return _render("train.py.j2", ctx=ctx, dtypes=DTYPES)
