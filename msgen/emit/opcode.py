@@ -45,7 +45,11 @@ def _embedding(op: OpSpec, ctx: ModelContext) -> Snippet:
     (table,) = op.params
     vocab, hidden = table.shape
     gather = strategy(op, "gather")
-    return Snippet(f"Embedding({vocab}, {hidden}, gather={gather})", f"self.{op.name}({args(*op.inputs)})", "embedding")
+    return Snippet(
+        f"Embedding({vocab}, {hidden}, gather={gather})",
+        f"self.{op.name}({args(*op.inputs)})",
+        "embedding",
+    )
 
 
 def _positions(op: OpSpec, ctx: ModelContext) -> Snippet:
@@ -58,10 +62,16 @@ def _linear(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
     matmul = strategy(op, "matmul")
     if op.tie is not None:
-        return Snippet(f"TiedLinear(matmul={matmul})", f"self.{op.name}({x}, self.{op.tie}.table)", "tied_linear")
+        return Snippet(
+            f"TiedLinear(matmul={matmul})",
+            f"self.{op.name}({x}, self.{op.tie}.table)",
+            "tied_linear",
+        )
     n_in, n_out = op.params[0].shape
     bias = f", bias={strategy(op, 'bias')}" if op.bias else ""
-    return Snippet(f"Linear({n_in}, {n_out}, matmul={matmul}{bias})", f"self.{op.name}({x})", "linear")
+    return Snippet(
+        f"Linear({n_in}, {n_out}, matmul={matmul}{bias})", f"self.{op.name}({x})", "linear"
+    )
 
 
 def _attention(op: OpSpec, ctx: ModelContext) -> Snippet:
@@ -78,7 +88,11 @@ def _attention(op: OpSpec, ctx: ModelContext) -> Snippet:
 def _layernorm(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
     (hidden,) = op.params[0].shape
-    return Snippet(f"LayerNorm({hidden}, eps={op.eps!r}, norm={strategy(op, 'norm')})", f"self.{op.name}({x})", "layernorm")
+    return Snippet(
+        f"LayerNorm({hidden}, eps={op.eps!r}, norm={strategy(op, 'norm')})",
+        f"self.{op.name}({x})",
+        "layernorm",
+    )
 
 
 def _rmsnorm(op: OpSpec, ctx: ModelContext) -> Snippet:
@@ -108,12 +122,16 @@ def _swiglu(op: OpSpec, ctx: ModelContext) -> Snippet:
 def _dropout(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
     # ops.Dropout returns (output, mask).
-    return Snippet(f"ops.Dropout({1.0 - op.p!r}).shard({strategy(op, 'x')})", f"self.{op.name}({x})[0]")
+    return Snippet(
+        f"ops.Dropout({1.0 - op.p!r}).shard({strategy(op, 'x')})", f"self.{op.name}({x})[0]"
+    )
 
 
 def _binary(primitive: str) -> Callable[[OpSpec, ModelContext], Snippet]:
     def snippet(op: OpSpec, ctx: ModelContext) -> Snippet:
-        return Snippet(f"ops.{primitive}().shard({strategy(op, 'x')})", f"self.{op.name}({args(*op.inputs)})")
+        return Snippet(
+            f"ops.{primitive}().shard({strategy(op, 'x')})", f"self.{op.name}({args(*op.inputs)})"
+        )
 
     return snippet
 
@@ -122,7 +140,11 @@ def _cross_entropy(op: OpSpec, ctx: ModelContext) -> Snippet:
     logits, tokens = op.inputs
     # The spec names the network input; the target of position i is labels[i].
     labels = "labels" if tokens == ctx.network.input else tokens
-    return Snippet(f"CrossEntropy({strategy(op, 'logits')})", f"self.{op.name}({logits}, {labels})", "cross_entropy")
+    return Snippet(
+        f"CrossEntropy({strategy(op, 'logits')})",
+        f"self.{op.name}({logits}, {labels})",
+        "cross_entropy",
+    )
 
 
 SNIPPETS: dict[str, Callable[[OpSpec, ModelContext], Snippet]] = {
@@ -156,7 +178,9 @@ def _op_lines(op: OpSpec, ctx: ModelContext, network: bool) -> tuple[list[str], 
     init.append(f"self.{op.name} = {make}")
     if snip.helper is not None and op.recompute:
         # A cell's outputs are kept unless asked; a pointwise op is cheap to redo.
-        init.append(f"self.{op.name}.recompute({'output_recompute=True' if snip.pointwise else ''})")
+        init.append(
+            f"self.{op.name}.recompute({'output_recompute=True' if snip.pointwise else ''})"
+        )
     if network and ctx.pp > 1:
         init.append(f"self.{op.name}.pipeline_stage = {op.stage}")
     return init, f"{op.name} = {snip.call}", helpers
@@ -176,7 +200,11 @@ def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str]]:
             init.append(f"for cell in self.{layer.name}:")
         body.append("cell.recompute()")
     init.extend(f"    {line}" for line in body)
-    construct = [f"{op.name} = {x}", f"for cell in self.{layer.name}:", f"    {op.name} = cell({op.name})"]
+    construct = [
+        f"{op.name} = {x}",
+        f"for cell in self.{layer.name}:",
+        f"    {op.name} = cell({op.name})",
+    ]
     return init, construct
 
 
@@ -187,7 +215,9 @@ def layer_code(layer: LayerSpec, ctx: ModelContext) -> CellCode:
     for op in layer.ops:
         if layer.recompute and op.recompute:
             # MindSpore takes one recompute setting per subtree.
-            raise ValueError(f"layer {layer.name!r} is recomputed in full; op {op.name!r} cannot be selected too")
+            raise ValueError(
+                f"layer {layer.name!r} is recomputed in full; op {op.name!r} cannot be selected too"
+            )
         op_init, line, op_helpers = _op_lines(op, ctx, network=False)
         init.extend(op_init)
         construct.append(line)

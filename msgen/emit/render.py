@@ -46,10 +46,14 @@ def _render(template: str, **values: Any) -> str:
 
 
 def render_model(ctx: ModelContext) -> str:
-    code: dict[str | None, opcode.CellCode] = {layer.name: opcode.layer_code(layer, ctx) for layer in ctx.layers}
+    code: dict[str | None, opcode.CellCode] = {
+        layer.name: opcode.layer_code(layer, ctx) for layer in ctx.layers
+    }
     code[None] = opcode.network_code(ctx)
     helpers = frozenset().union(*(c.helpers for c in code.values()))
-    flash = any(op.flash for layer in ctx.layers for op in layer.ops) or any(op.flash for op in ctx.network.ops)
+    flash = any(op.flash for layer in ctx.layers for op in layer.ops) or any(
+        op.flash for op in ctx.network.ops
+    )
     return _render(
         "model.py.j2",
         ctx=ctx,

@@ -368,17 +368,21 @@ class Lowering:
                 if isinstance(v, ast.List):
                     items = [self.string_value(i, "a node address") for i in v.items]
                     values[key] = tuple(i for i in items if i is not None)
+                    values["node_spans"] = tuple(i.span for i in v.items)
                 else:
                     self.err("MSL108", 'nodes is a list of addresses: `["10.0.0.1", ...]`', v.span)
             elif key == "device_ips":
-                ips, sources = self.device_ips(v)
+                ips, sources, spans, files = self.device_ips(v)
                 values[key] = ips
                 values["device_ip_sources"] = sources
+                values["device_ip_spans"] = spans
+                values["device_ip_files"] = files
         values = {k: v for k, v in values.items() if v is not None}
         return ir.Cluster(span=block.span, spans=self.spans_of(stmts), **values)
 
-    def device_ips(self, expr) -> tuple[tuple[tuple[str, ...], ...] | None, tuple[str, ...]]:
-        """`hccn("f")`, or a list with one entry per node: `hccn("f")` or a list of IPs."""
+    def device_ips(self, expr):
+        """`hccn("f")`, or a list with one entry per node: `hccn("f")` or a list of IPs.
+        Returns the IPs per node, the files read, and per node the IPs' spans and file."""
         entries = [expr] if isinstance(expr, ast.Call) else None
         if isinstance(expr, ast.List):
             entries = list(expr.items)
@@ -390,31 +394,35 @@ class Lowering:
                 'device_ips is `hccn("file")` or a list with one entry per ' "node",
                 expr.span,
             )
-            return None, ()
-        nodes, sources = [], []
+            return None, (), (), ()
+        nodes, sources, spans, files = [], [], [], []
         for entry in entries:
             if isinstance(entry, ast.Call) and entry.func.name == "hccn" and len(entry.args) == 1:
                 path = self.string_value(entry.args[0], "the hccn.conf path")
                 if path is None:
-                    return None, ()
+                    return None, (), (), ()
                 ips = self.read_hccn(path, entry.span)
                 if ips is None:
-                    return None, ()
+                    return None, (), (), ()
                 nodes.append(ips)
                 sources.append(path)
+                spans.append(tuple(entry.span for _ in ips))
+                files.append(path)
             elif isinstance(entry, ast.List):
                 items = [self.string_value(i, "a device IP") for i in entry.items]
                 if None in items:
-                    return None, ()
+                    return None, (), (), ()
                 nodes.append(tuple(items))
+                spans.append(tuple(i.span for i in entry.items))
+                files.append(None)
             else:
                 self.err(
                     "MSL108",
                     'each node\'s device IPs are `hccn("file")` or a list of ' "IPs",
                     entry.span,
                 )
-                return None, ()
-        return tuple(nodes), tuple(sources)
+                return None, (), (), ()
+        return tuple(nodes), tuple(sources), tuple(spans), tuple(files)
 
     def read_hccn(self, path: str, span: Span) -> tuple[str, ...] | None:
         try:
@@ -575,7 +583,13 @@ class Lowering:
                     continue
             groups.append(
                 ir.FusionGroup(
-                    span=stmt.span, kind=kind, name=name, patterns=tuple(patterns), buckets=buckets
+                    span=stmt.span,
+                    kind=kind,
+                    name=name,
+                    patterns=tuple(patterns),
+                    buckets=buckets,
+                    pattern_spans=tuple(i.span for i in stmt.value.items),
+                    buckets_span=stmt.buckets.span if stmt.buckets is not None else None,
                 )
             )
         return tuple(groups)

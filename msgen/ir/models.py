@@ -83,6 +83,12 @@ class Cluster(Block):
     master_port: int = 8118
     device_ip_sources: tuple[str, ...] = ()
     """Files the device IPs were read from (relative to the spec): part of its hash."""
+    node_spans: tuple[Span, ...] = ()
+    """One per entry of `nodes`: the string's span."""
+    device_ip_spans: tuple[tuple[Span, ...], ...] = ()
+    """Per node, per device IP: the string's span, or the `hccn(...)` call's."""
+    device_ip_files: tuple[str | None, ...] = ()
+    """Per node: the hccn.conf its device IPs were read from, or None for a list."""
 
 
 class Mesh(Block):
@@ -116,6 +122,8 @@ class FusionGroup(Node):
     name: str
     patterns: tuple[str, ...]
     buckets: int = 1
+    pattern_spans: tuple[Span, ...] = ()
+    buckets_span: Span | None = None
 
 
 class Call(Node):

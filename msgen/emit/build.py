@@ -1,0 +1,204 @@
+"""Build the templates' ModelContext from a checked Plan: strategies as MindSpore
+int tuples, parameters with their init and decay, stages, fusion ids."""
+
+from __future__ import annotations
+
+from math import prod
+
+from msgen.checks.facts import OpFacts
+from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.ops.attention import head_dim, kv_heads
+from msgen.ops.base import Context
+from msgen.plan import Plan
+
+INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
+DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
+
+ADAMW_DEFAULTS = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}
+
+
+def factors(split, ctx: Context) -> tuple[int, ...]:
+    return tuple(prod(ctx.mesh_sizes[a] for a in axes) for axes in split)
+
+
+def _lead(split, ctx) -> int:
+    """Leading dims folded into one, as a [batch*seq, features] matmul sees them."""
+    return prod(factors(split[:-1], ctx))
+
+
+def strategies(of: OpFacts, ctx: Context) -> tuple[tuple[str, tuple], ...]:
+    """The `OpSpec.strategies` roles of one op, from the layout the checks chose."""
+    node, layout = of.node, of.layout
+    kind = node.kind
+    if layout is None:
+        return ()
+    ins = layout.inputs
+    if kind == "linear":
+        x = ins[0]
+        lead, w_in = _lead(x, ctx), factors(x, ctx)[-1]
+        out = factors(layout.output, ctx)
+        if node.args.get("tie"):
+            tv, th = factors(ctx.tied[node.args["tie"]].split, ctx)
+            return (("matmul", ((lead, th), (tv, th))),)
+        w = dict((p.name, factors(p.split, ctx)) for p in layout.params)
+        roles = [("matmul", ((lead, w_in), w["weight"]))]
+        if "bias" in w:
+            roles.append(("bias", ((prod(out[:-1]), out[-1]), w["bias"])))
+        return tuple(roles)
+    if kind == "embedding":
+        table = factors(layout.params[0].split, ctx)
+        return (("gather", (table, factors(ins[0], ctx))),)
+    if kind == "attention":
+        sb, _, sh = factors(ins[0], ctx)
+        q = (sb, sh, 1, 1)
+        return (("scores", (q, q)),)
+    if kind == "layernorm":
+        return (("norm", (factors(ins[0], ctx), (1,), (1,))),)
+    if kind == "rmsnorm":
+        return (("norm", (factors(ins[0], ctx),)),)
+    if kind in ("gelu", "silu", "swiglu", "dropout"):
+        return (("x", (factors(ins[0], ctx),)),)
+    if kind in ("add", "mul"):
+        return (("x", tuple(factors(s, ctx) for s in ins)),)
+    if kind == "cross_entropy":
+        sb, ss, sv = factors(ins[0], ctx)
+        return (("logits", ((sb * ss, sv),)),)
+    return ()
+
+
+def op_spec(of: OpFacts, ctx: Context, stage: int = 0, recompute: bool = False) -> OpSpec:
+    node = of.node
+    args = node.args
+    inputs: tuple[str | float, ...] = tuple(r.name for r in node.inputs)
+    if "const" in args:
+        inputs += (float(args["const"]),)
+    params = tuple(ParamSpec(p.name, p.shape, INIT[p.name], p.name in DECAY) for p in of.params)
+    extra: dict = {}
+    if node.kind == "linear":
+        extra = {"n_out": args["n"], "bias": args.get("bias", True), "tie": args.get("tie")}
+    elif node.kind == "attention":
+        extra = {
+            "heads": args["heads"],
+            "kv_heads": kv_heads(node),
+            "head_dim": head_dim(node, ctx),
+            "causal": args.get("causal", False),
+            "rope": args.get("rope", False),
+            "flash": args.get("flash", False),
+            "p": float(args.get("dropout", 0.0)),
+        }
+    elif node.kind == "dropout":
+        extra = {"p": float(args.get("p", 0.1))}
+    elif node.kind in ("layernorm", "rmsnorm"):
+        extra = {"eps": float(args.get("eps", 1e-5 if node.kind == "layernorm" else 1e-6))}
+    elif node.kind == "gelu":
+        extra = {"approximate": args.get("approximate", False)}
+    return OpSpec(
+        name=node.name,
+        kind=node.kind,
+        inputs=inputs,
+        params=params,
+        strategies=strategies(of, ctx),
+        recompute=recompute,
+        stage=stage,
+        **extra,
+    )
+
+
+def train_spec(plan: Plan) -> TrainSpec:
+    t = plan.spec.train
+    opt = dict(ADAMW_DEFAULTS) | (t.optimizer.args if t.optimizer else {})
+    sched = t.schedule.args if t.schedule else {}
+    warmup = int(sched.get("warmup", 0))
+    if t.schedule is not None and t.schedule.name == "constant":
+        steps, min_lr = warmup + 1, opt["lr"]  # a cosine from lr to lr is flat
+    else:
+        steps, min_lr = int(sched.get("steps", warmup + 1)), float(sched.get("min_lr", 0.0))
+    loss_scale = t.loss_scale or ("dynamic" if plan.spec.model.dtype == "fp16" else "none")
+    return TrainSpec(
+        micro_batch=t.micro_batch,
+        global_batch=t.global_batch,
+        lr=float(opt["lr"]),
+        beta1=float(opt["beta1"]),
+        beta2=float(opt["beta2"]),
+        eps=float(opt["eps"]),
+        weight_decay=float(opt["weight_decay"]),
+        warmup=warmup,
+        steps=steps,
+        min_lr=min_lr,
+        zero=t.zero,
+        loss_scale="dynamic" if loss_scale == "dynamic" else "none",
+        grad_clip=t.grad_clip,
+        checkpoint_every=t.checkpoint.every if t.checkpoint else None,
+        checkpoint_keep=t.checkpoint.keep if t.checkpoint else 5,
+        data=t.data,
+        seed=t.seed,
+    )
+
+
+def build_context(plan: Plan, spec_path: str) -> ModelContext:
+    from msgen.checks.facts import context
+
+    spec = plan.spec
+    tied = {
+        name: of.params[0]
+        for name, of in plan.graph("network").ops.items()
+        if of.node.kind == "embedding"
+    }
+    ctx = context(spec, tied)
+    selected = {
+        name: {r.name for r in rc.ops} for name, rc in spec.recompute.items() if rc.mode == "select"
+    }
+    layers = []
+    for rep in plan.repeats:
+        graph = plan.graph(rep.layer)
+        chosen = selected.get(rep.layer, set())
+        ops = tuple(op_spec(of, ctx, recompute=name in chosen) for name, of in graph.ops.items())
+        rc = spec.recompute.get(rep.layer)
+        layers.append(
+            LayerSpec(
+                name=rep.layer,
+                input=graph.graph.input.name,
+                output=graph.graph.output,
+                ops=ops,
+                recompute=rc is not None and rc.mode == "full",
+            )
+        )
+    net_ops = []
+    for name, of in plan.graph("network").ops.items():
+        if of.node.kind == "repeat":
+            rep = next(r for r in plan.repeats if r.op == name)
+            stages = tuple(plan.stage_of(rep.first + i) for i in range(rep.count))
+            net_ops.append(
+                OpSpec(
+                    name=name,
+                    kind="repeat",
+                    inputs=(of.node.inputs[0].name,),
+                    layer=rep.layer,
+                    count=rep.count,
+                    stages=stages,
+                )
+            )
+        else:
+            net_ops.append(op_spec(of, ctx, plan.network_op_stage(of.node)))
+    network = NetworkSpec(
+        input=spec.network.input.name, output=spec.network.output, ops=tuple(net_ops)
+    )
+    fusion = tuple((e.path, e.fusion_id) for e in plan.param_entries() if e.fusion_id != 1)
+    return ModelContext(
+        name=spec.model.name,
+        spec_path=spec_path,
+        spec_sha256=spec.sha256,
+        dtype=spec.model.dtype,
+        param_dtype=spec.model.param_dtype,
+        vocab=spec.model.dims["vocab"],
+        seq=spec.model.dims["seq"],
+        dp=spec.mesh.dp,
+        tp=spec.mesh.tp,
+        pp=spec.mesh.pp,
+        micro_batches=spec.micro_batches,
+        schedule="gpipe" if spec.pipeline.schedule == "gpipe" else "1f1b",
+        layers=tuple(layers),
+        network=network,
+        train=train_spec(plan),
+        fusion=fusion,
+    )

@@ -1,0 +1,45 @@
+"""`msgen compile SPEC -o DIR [--check] [--force]`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from msgen.emit import emit, notes
+from msgen.emit.output import NotOurs, diff_tree, write_tree
+from msgen.plan import build_plan
+
+EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
+
+
+def compile_command(result, args) -> int:
+    plan = build_plan(result.spec, result.facts)
+    files = emit(plan, result.file)
+    out = Path(args.output)
+    folder = out / result.spec.model.name
+    label = (out / result.spec.model.name).as_posix()
+    if args.check:
+        diff = diff_tree(folder, files, label)
+        if diff:
+            sys.stdout.write(diff)
+            sys.stderr.write(f"msgen: {label} is stale; run `msgen compile` to update it\n")
+            return EXIT_STALE
+        return EXIT_OK
+    try:
+        change = write_tree(folder, files, force=args.force)
+    except NotOurs as exc:
+        sys.stderr.write(
+            f"msgen: error: refusing to overwrite files msgen did not write in {label}: "
+            f"{', '.join(exc.paths)}\n  = hint: move them away, or pass --force\n"
+        )
+        return EXIT_USAGE
+    except OSError as exc:
+        sys.stderr.write(f"msgen: error: cannot write {label}: {exc}\n")
+        return EXIT_USAGE
+    for note in notes(plan):
+        sys.stderr.write(f"note: {note}\n")
+    sys.stderr.write(
+        f"{label}: {len(change.written)} written, {len(change.unchanged)} unchanged, "
+        f"{len(change.removed)} removed\n"
+    )
+    return EXIT_OK

@@ -1,0 +1,103 @@
+"""plan.json: the resolved plan as data, for reviewers and tools."""
+
+from __future__ import annotations
+
+import json
+from math import prod
+
+from msgen.checks.facts import context
+from msgen.plan import Plan
+
+
+def _split(split) -> list[str]:
+    return ["*".join(axes) or "1" for axes in split]
+
+
+def collective_bytes(c, layout, itemsize, sizes) -> int:
+    """Per-device bytes of the tensor a collective reduces or gathers: its logical
+    size over every other axis the op's inputs are split on."""
+    used = {a for split in layout.inputs for axes in split for a in axes} - set(c.axes)
+    return c.elements * itemsize // prod(sizes[a] for a in used)
+
+
+def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
+    spec = plan.spec
+    sizes = context(spec).mesh_sizes
+    item = context(spec).dtype_bytes
+    steps = spec.micro_batches * 2 * copies  # forward and its backward mirror, every copy
+    out = []
+    for name, of in plan.graph(graph).ops.items():
+        entry = {"name": name, "kind": of.node.kind, "inputs": [r.name for r in of.node.inputs]}
+        if of.output is not None:
+            entry["shape"] = list(of.output.shape)
+            entry["split"] = _split(of.output.split)
+        if of.layout is not None:
+            entry["input_splits"] = [_split(s) for s in of.layout.inputs]
+            entry["params"] = {p.name: _split(p.split) for p in of.layout.params}
+            entry["collectives"] = [
+                {
+                    "kind": c.kind,
+                    "axes": list(c.axes),
+                    "what": c.what,
+                    "bytes_per_step": collective_bytes(c, of.layout, item, sizes) * steps,
+                }
+                for c in of.layout.collectives
+            ]
+        entry["redistributions"] = [
+            {
+                "operand": r.operand,
+                "from": _split(r.produced),
+                "to": _split(r.needed),
+                "bytes_per_step": r.bytes_per_device * steps,
+            }
+            for r in of.redistributions
+        ]
+        out.append(entry)
+    return out
+
+
+def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
+    spec = plan.spec
+    doc = {
+        "model": spec.model.name,
+        "spec": spec_path,
+        "mesh": {"dp": spec.mesh.dp, "tp": spec.mesh.tp, "pp": spec.mesh.pp},
+        "devices": spec.mesh.devices,
+        "micro_batches": spec.micro_batches,
+        "schedule": spec.pipeline.schedule,
+        "stage_split": list(plan.stage_split),
+        "layers": {
+            r.layer: {
+                "repeat": r.op,
+                "count": r.count,
+                "stages": [plan.stage_of(r.first + i) for i in range(r.count)],
+            }
+            for r in plan.repeats
+        },
+        "ops": {
+            **{r.layer: ops_json(plan, r.layer, r.count) for r in plan.repeats},
+            "network": ops_json(plan, "network", 1),
+        },
+        "recompute": {
+            name: {"mode": rc.mode, "ops": [r.name for r in rc.ops]}
+            for name, rc in sorted(spec.recompute.items())
+        },
+        "fusion": [
+            {"name": g.name, "kind": g.kind, "patterns": list(g.patterns),
+             "ids": list(plan.fusion_ids[g.name])}
+            for g in spec.fusion
+        ],  # fmt: skip
+        "params_total": plan.params_total,
+        "params": [
+            {
+                "path": e.path,
+                "shape": list(e.param.shape),
+                "split": _split(e.param.split),
+                "stages": list(e.stages),
+                "fusion_id": e.fusion_id,
+            }
+            for e in plan.param_entries()
+        ],
+        "estimate": estimate,
+    }
+    return json.dumps(doc, indent=2) + "\n"
