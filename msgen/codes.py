@@ -257,6 +257,11 @@ CODES: dict[str, tuple[str, str]] = {
         "Schedules: 1f1b, gpipe, interleaved(chunks = N). Interleaving needs layers divisible "
         "by pp * chunks unless `split` is given.",
     ),
+    "MSL316": (
+        "bad master port",
+        "cluster.master_port is the TCP port of msrun's scheduler on nodes[0]: 1..65535 "
+        "(default 8118), free on that node.",
+    ),
     # memory
     "MSL401": (
         "over the memory budget",

@@ -1,11 +1,410 @@
-"""Train checks (to be completed)."""
+"""Training settings: batch arithmetic, the optimizer and learning-rate schedule
+(known names and arguments, values in range), zero, loss scale and gradient
+clipping, and the fusion groups (buckets, patterns that match no parameter).
+"""
 
 from __future__ import annotations
 
+import fnmatch
+import re
+
 from msgen.checks.facts import Facts
-from msgen.diagnostics import Diagnostic
-from msgen.ir.models import Spec
+from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
+from msgen.ir.models import Call, Spec
+
+REQUIRED = object()
+
+OPTIMIZERS: dict[str, dict[str, object]] = {
+    "adamw": {"lr": REQUIRED, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0},
+}
+SCHEDULES: dict[str, dict[str, object]] = {
+    "cosine": {"warmup": 0, "steps": REQUIRED, "min_lr": 0.0},
+    "constant": {"warmup": 0},
+}
+ZERO_LEVELS = (0, 1, 2, 3)
+SEED_LIMIT = 2**32
+
+# Ranges of the optimizer's arguments: (test, what the message says it must be).
+ADAMW_RANGES = {
+    "lr": (lambda v: v > 0, "> 0"),
+    "beta1": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "beta2": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "eps": (lambda v: v > 0, "> 0"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+}
+
+
+def is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def name_span(call: Call) -> Span:
+    """The span of a call's name (`adamw` in `adamw(lr = ...)`)."""
+    s = call.span
+    return s.model_copy(update={"end_line": s.line, "end_col": s.col + len(call.name)})
+
+
+def fmt_num(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def total_layers(spec: Spec) -> int:
+    return sum(op.args.get("count", 0) for op in spec.network.ops if op.kind == "repeat")
+
+
+# batch ------------------------------------------------------------------------
+
+
+def check_batch(spec: Spec) -> list[Diagnostic]:
+    train, dp = spec.train, spec.mesh.dp
+    per_step = train.micro_batch * dp
+    span = train.spans.get("global_batch", train.span)
+    mbs = spec.pipeline.micro_batches
+    if mbs is not None:
+        want = per_step * mbs
+        if train.global_batch == want:
+            return []
+        hint = f"set global_batch = {want}"
+        if train.global_batch % per_step == 0:
+            hint += f", or micro_batches = {train.global_batch // per_step}"
+        return [
+            error(
+                "MSL501",
+                f"global_batch = {train.global_batch}, but micro_batch * dp * micro_batches = "
+                f"{train.micro_batch} * {dp} * {mbs} = {want}",
+                span,
+                hint,
+            )
+        ]
+    if train.global_batch % per_step == 0:
+        return []
+    lower = train.global_batch // per_step * per_step
+    tries = [n for n in (lower, lower + per_step) if n > 0]
+    return [
+        error(
+            "MSL501",
+            f"global_batch = {train.global_batch} is not a multiple of micro_batch * dp = "
+            f"{train.micro_batch} * {dp} = {per_step}",
+            span,
+            "the micro-batches per step are global_batch / (micro_batch * dp): try "
+            + " or ".join(f"global_batch = {n}" for n in tries),
+        )
+    ]
+
+
+# optimizer and schedule -------------------------------------------------------
+
+
+def known_call(
+    call: Call, table: dict[str, dict[str, object]], code: str, what: str
+) -> list[Diagnostic]:
+    """The call names an entry of `table` with known arguments, all numbers, and the
+    required ones given."""
+    signature = ", ".join(f"{n}({', '.join(args)})" for n, args in table.items())
+    if call.name not in table:
+        return [
+            error(
+                code,
+                f"unknown {what} `{call.name}`",
+                name_span(call),
+                did_you_mean(call.name, table) or f"msgen knows: {signature}",
+            )
+        ]
+    known = table[call.name]
+    diags = []
+    for arg, value in call.args.items():
+        span = call.arg_spans.get(arg, call.span)
+        if arg not in known:
+            diags.append(
+                error(
+                    code,
+                    f"{call.name} has no argument `{arg}`",
+                    span,
+                    did_you_mean(arg, known) or f"{call.name}({', '.join(known)})",
+                )
+            )
+        elif not is_number(value):
+            diags.append(
+                error(
+                    "MSL108",
+                    f"`{arg}` of {call.name} must be a number, got `{str(value).lower()}`",
+                    span,
+                )
+            )
+    for arg, default in known.items():
+        if default is REQUIRED and arg not in call.args:
+            diags.append(
+                error(
+                    code,
+                    f"{call.name} needs `{arg}`",
+                    call.span,
+                    f"{call.name}({', '.join(known)}); e.g. `{call.name}({arg} = ...)`",
+                )
+            )
+    return diags
+
+
+def numeric_args(call: Call, table) -> dict[str, float | int]:
+    known = table.get(call.name, {})
+    return {k: v for k, v in call.args.items() if k in known and is_number(v)}
+
+
+def check_optimizer(spec: Spec) -> tuple[list[Diagnostic], float | None]:
+    """Diagnostics, and the learning rate when it is valid (the schedule needs it)."""
+    opt = spec.train.optimizer
+    if opt is None:
+        return [], None
+    diags = known_call(opt, OPTIMIZERS, "MSL504", "optimizer")
+    if diags and opt.name not in OPTIMIZERS:
+        return diags, None
+    args = numeric_args(opt, OPTIMIZERS)
+    for arg, value in args.items():
+        test, rule = ADAMW_RANGES[arg]
+        if not test(value):
+            diags.append(
+                error(
+                    "MSL505",
+                    f"{arg} = {fmt_num(value)} is out of range: {arg} must be {rule}",
+                    opt.arg_spans.get(arg, opt.span),
+                    range_hint(arg),
+                )
+            )
+    lr = args.get("lr")
+    return diags, (lr if lr is not None and lr > 0 else None)
+
+
+def range_hint(arg: str) -> str | None:
+    return {
+        "lr": "a typical peak learning rate is 1e-4 to 1e-3",
+        "beta1": "AdamW's beta1 is usually 0.9",
+        "beta2": "AdamW's beta2 is usually 0.95 or 0.999",
+        "eps": "AdamW's eps is usually 1e-8",
+        "weight_decay": "weight_decay is usually 0.1, or 0 for none",
+    }.get(arg)
+
+
+def is_whole(v) -> bool:
+    return isinstance(v, int) or (isinstance(v, float) and v.is_integer())
+
+
+def check_schedule(spec: Spec, lr: float | None) -> list[Diagnostic]:
+    sched = spec.train.schedule
+    if sched is None:
+        return []
+    diags = known_call(sched, SCHEDULES, "MSL506", "learning-rate schedule")
+    if sched.name not in SCHEDULES:
+        return diags
+    args = numeric_args(sched, SCHEDULES)
+
+    def span(arg):
+        return sched.arg_spans.get(arg, sched.span)
+
+    ok = {}
+    for arg in ("warmup", "steps"):
+        if arg not in args:
+            continue
+        v = args[arg]
+        least = 0 if arg == "warmup" else 1
+        if not is_whole(v) or v < least:
+            rule = "a whole number of steps" + (" >= 0" if arg == "warmup" else " > 0")
+            diags.append(
+                error("MSL505", f"{arg} = {fmt_num(v)} is out of range: {arg} must be {rule}",
+                      span(arg))
+            )  # fmt: skip
+        else:
+            ok[arg] = int(v)
+    if "warmup" in ok and "steps" in ok and ok["warmup"] >= ok["steps"]:
+        diags.append(
+            error(
+                "MSL502",
+                f"warmup = {ok['warmup']} is not shorter than the schedule's steps = "
+                f"{ok['steps']}",
+                span("warmup"),
+                "the warmup must end before the last step: lower warmup (a few percent of "
+                "steps is usual) or raise steps",
+            )
+        )
+    if "min_lr" in args:
+        v = args["min_lr"]
+        if v < 0:
+            diags.append(
+                error("MSL505", f"min_lr = {fmt_num(v)} is out of range: min_lr must be >= 0",
+                      span("min_lr"))
+            )  # fmt: skip
+        elif lr is not None and v > lr:
+            diags.append(
+                error(
+                    "MSL505",
+                    f"min_lr = {fmt_num(v)} is above the optimizer's lr = {fmt_num(lr)}",
+                    span("min_lr"),
+                    "the cosine decays from lr down to min_lr; min_lr is usually lr / 10",
+                )
+            )
+    return diags
+
+
+# other settings ---------------------------------------------------------------
+
+
+def check_settings(spec: Spec) -> list[Diagnostic]:
+    train = spec.train
+    diags = []
+
+    def span(key):
+        return train.spans.get(key, train.span)
+
+    if train.zero not in ZERO_LEVELS:
+        diags.append(
+            error(
+                "MSL503",
+                f"zero = {train.zero} is not a ZeRO level",
+                span("zero"),
+                "zero is 0 (off), 1 (optimizer states), 2 (+ gradients) or 3 (+ weights)",
+            )
+        )
+    if train.loss_scale not in (None, "dynamic", "none"):
+        try:
+            scale = float(train.loss_scale)
+        except ValueError:
+            scale = -1.0
+        if not scale > 0:
+            diags.append(
+                error(
+                    "MSL512",
+                    f"loss_scale = {train.loss_scale} must be a positive number",
+                    span("loss_scale"),
+                    "use `dynamic`, `none`, or a fixed scale such as 1024",
+                )
+            )
+    if train.grad_clip is not None and not train.grad_clip > 0:
+        diags.append(
+            error(
+                "MSL512",
+                f"grad_clip = {fmt_num(train.grad_clip)} must be positive",
+                span("grad_clip"),
+                "clip the global gradient norm at a positive value (1.0 is usual), or write "
+                "`grad_clip = none`",
+            )
+        )
+    if not 0 <= train.seed < SEED_LIMIT:
+        diags.append(
+            error(
+                "MSL505",
+                f"seed = {train.seed} is out of range: a seed is in 0 .. 2^32 - 1",
+                span("seed"),
+            )
+        )
+    return diags
+
+
+# fusion -----------------------------------------------------------------------
+
+
+def check_buckets(spec: Spec) -> list[Diagnostic]:
+    layers = total_layers(spec)
+    diags = []
+    for group in spec.fusion:
+        if group.buckets > 1 and group.buckets > layers:
+            diags.append(
+                error(
+                    "MSL511",
+                    f"group `{group.name}` asks for {group.buckets} buckets, but the network "
+                    f"repeats {layers} {'layer' if layers == 1 else 'layers'}",
+                    group.buckets_span or group.span,
+                    "each bucket takes a contiguous range of at least one layer: use "
+                    f"buckets {max(1, layers)} or fewer",
+                )
+            )
+    return diags
+
+
+def parameter_paths(facts: Facts, spec: Spec):
+    """(network paths, [(layer, count, ["op.param", ...])]) from the sharding pass's
+    layouts, or None when the facts are incomplete (an earlier pass failed)."""
+    network: list[str] = []
+    layers: list[tuple[str, int, list[str]]] = []
+    if "network" not in facts.order:
+        return None
+    for name in facts.order:
+        gf = facts.graphs.get(name)
+        if gf is None:
+            return None
+        suffixes = []
+        for node in gf.graph.ops:
+            of = gf.ops.get(node.name)
+            if node.kind == "repeat":
+                continue
+            if of is None or of.layout is None:
+                return None
+            suffixes += [f"{node.name}.{p.name}" for p in of.params]
+        if name == "network":
+            network = suffixes
+        else:
+            repeat = facts.repeats.get(name)
+            if repeat is None:
+                return None
+            layers.append((name, repeat.args["count"], suffixes))
+    return network, layers
+
+
+def sample_indices(count: int, pattern: str) -> list[int]:
+    """Copy indices standing for all `count` copies when matching `pattern`: the
+    first ones, the last, the numbers the pattern spells and powers of ten."""
+    picks = set(range(min(count, 64))) | {count - 1}
+    picks |= {int(d) for d in re.findall(r"\d+", pattern) if int(d) < count}
+    for k in range(1, len(str(count)) + 1):
+        picks |= {n for n in (10**k - 1, 10**k, 2 * 10**k - 1) if n < count}
+    return sorted(picks)
+
+
+def matches_any(pattern: str, paths) -> bool:
+    network, layers = paths
+    regex = re.compile(fnmatch.translate(pattern))
+    if any(regex.match(p) for p in network):
+        return True
+    for layer, count, suffixes in layers:
+        for i in sample_indices(count, pattern):
+            if any(regex.match(f"{layer}.{i}.{s}") for s in suffixes):
+                return True
+    return False
+
+
+def check_patterns(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    if not spec.fusion:
+        return []
+    paths = parameter_paths(facts, spec)
+    if paths is None:
+        return []
+    network, layers = paths
+    examples = [f"{layer}.0.{s}" for layer, _, suffixes in layers for s in suffixes[:1]]
+    examples += network[:1]
+    diags = []
+    for group in spec.fusion:
+        for i, pattern in enumerate(group.patterns):
+            if matches_any(pattern, paths):
+                continue
+            span = group.pattern_spans[i] if i < len(group.pattern_spans) else group.span
+            hint = "patterns are fnmatch globs over parameter paths"
+            if examples:
+                hint += " such as " + ", ".join(f"`{e}`" for e in examples)
+            diags.append(
+                warning(
+                    "MSL507",
+                    f'pattern "{pattern}" of fusion group `{group.name}` matches no parameter',
+                    span,
+                    hint,
+                )
+            )
+    return diags
 
 
 def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
-    return []
+    opt_diags, lr = check_optimizer(spec)
+    return (
+        check_batch(spec)
+        + opt_diags
+        + check_schedule(spec, lr)
+        + check_settings(spec)
+        + check_buckets(spec)
+        + check_patterns(spec, facts)
+    )
