@@ -162,7 +162,8 @@ class Plan:
                 stage = (self.stage_of(r.first + i),)
                 for op, p in params:
                     path = f"{r.layer}.{i}.{op}.{p.name}"
-                    yield ParamEntry(path, r.layer, op, i, p, stage, self.fusion_id(path, i))
+                    fusion = self.fusion_id(path, r.first + i)
+                    yield ParamEntry(path, r.layer, op, i, p, stage, fusion)
 
     # fusion -------------------------------------------------------------------
 
@@ -181,15 +182,16 @@ class Plan:
             None,
         )
 
-    def fusion_id(self, path: str, copy: int | None = None) -> int:
+    def fusion_id(self, path: str, layer_index: int | None = None) -> int:
+        """`layer_index` counts repeated layers across all repeats, from 0."""
         group = self.fusion_group(path)
         if group is None:
             return DEFAULT_FUSION_ID
         ids = self.fusion_ids[group.name]
-        if copy is None or group.buckets == 1:
+        if layer_index is None or group.buckets == 1:
             return ids[0]
         ends = list(accumulate(bucket_sizes(self.total_layers, group.buckets)))
-        return ids[bisect_right(ends[:-1], copy)]
+        return ids[bisect_right(ends[:-1], layer_index)]
 
 
 def build_plan(spec: Spec, facts: Facts) -> Plan:

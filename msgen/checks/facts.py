@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msgen.diagnostics import Span
 from msgen.ir.models import Graph, OpNode, Spec
 from msgen.ops.base import Context, Layout, Param, Saved, Tensor
 
@@ -21,6 +22,8 @@ class Redistribution:
     produced: tuple
     needed: tuple
     bytes_per_device: int
+    span: Span
+    times: int = 1  # per run of the op; between chained copies, count - 1
 
 
 @dataclass

@@ -203,6 +203,17 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
                     continue
                 needed = (layer_in.split,)
                 out = layer.output
+                count = node.args["count"]
+                if out.split != layer_in.split and count > 1:
+                    # each copy's output feeds the next copy's input
+                    moved = moved_bytes(out, layer_in.split, ctx)
+                    if moved:
+                        span = layer.graph.output_span or layer.graph.span
+                        of.redistributions.append(
+                            Redistribution(node.name, f"{layer.graph.name} output",
+                                           out.split, layer_in.split, moved, span,
+                                           count - 1)
+                        )  # fmt: skip
             else:
                 opdef = OPS[node.kind]
                 try:
@@ -224,12 +235,13 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
             of.output = out
             gf.tensors[node.name] = out
             divisibility.check(node.name, shape, out.split, node.span)
-            for ref, t, need in zip(node.inputs, of.inputs, needed, strict=False):
-                if t.split != need:
+            own = {c.operand for c in of.layout.collectives} if of.layout else set()
+            for i, (ref, t, need) in enumerate(zip(node.inputs, of.inputs, needed, strict=False)):
+                if t.split != need and i not in own:
                     moved = moved_bytes(t, need, ctx)
                     if moved:
                         of.redistributions.append(
-                            Redistribution(node.name, ref.name, t.split, need, moved)
+                            Redistribution(node.name, ref.name, t.split, need, moved, ref.span)
                         )
             if node.kind != "repeat":
                 of.saves = OPS[node.kind].saves(node, of.inputs, out, op_ctx)
@@ -245,15 +257,14 @@ def redistribution_warnings(spec: Spec, facts: Facts) -> list[Diagnostic]:
         copies = facts.repeats[name].args["count"] if name in facts.repeats else 1
         for of in facts.graphs[name].ops.values():
             for r in of.redistributions:
-                per_step = r.bytes_per_device * steps * copies
-                ref = next(i for i in of.node.inputs if i.name == r.operand)
+                per_step = r.bytes_per_device * steps * copies * r.times
                 out.append(
                     warning(
                         "MSL208",
                         f"`{r.operand}` is split {fmt_split(r.produced)} but `{r.op}` needs "
                         f"{fmt_split(r.needed)}: an implicit redistribution moves "
                         f"{human_bytes(per_step)} per device per step",
-                        ref.span,
+                        r.span,
                         f"split `{r.operand}` as {fmt_split(r.needed)} where it is produced, "
                         "if that is what you meant",
                     )

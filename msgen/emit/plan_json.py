@@ -48,7 +48,7 @@ def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
                 "operand": r.operand,
                 "from": _split(r.produced),
                 "to": _split(r.needed),
-                "bytes_per_step": r.bytes_per_device * steps,
+                "bytes_per_step": r.bytes_per_device * r.times * steps,
             }
             for r in of.redistributions
         ]

@@ -45,6 +45,7 @@ class Collective:
     axes: tuple[str, ...]
     elements: int  # logical elements of the tensor it moves (per micro-batch)
     what: str
+    operand: int | None = None  # an AllGather of this input is the op's own, not implicit
 
 
 @dataclass(frozen=True)

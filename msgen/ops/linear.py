@@ -6,6 +6,7 @@ from math import prod
 
 from msgen.ops.base import (
     Arg,
+    Collective,
     Layout,
     OpDef,
     OpError,
@@ -82,12 +83,21 @@ class Linear(OpDef):
             )
         need_x = replace_last(without(x.split[:-1] + ((),), w_in + w_out), w_in)
         out = out_declared(node, len(out_shape)) or replace_last(need_x, w_out)
+        # Sequence parallelism: a leading dim split over the weight's axes is
+        # all-gathered in front of the matmul, as Megatron's column-parallel linear does.
+        gathered = tuple(
+            sorted({a for have, need in zip(x.split[:-1], need_x[:-1], strict=True)
+                    for a in have if a not in need})
+        )  # fmt: skip
         params = ()
         if not tie:
             params = (Param("weight", (x.shape[-1], node.args["n"]), (w_in, w_out)),)
             if node.args.get("bias", True):
                 params += (Param("bias", (node.args["n"],), (() if w_in else w_out,)),)
         collectives = partial_sum(out, w_in, prod(out_shape), "output")
+        if gathered:
+            gather = Collective("AllGather", gathered, prod(x.shape), "input", operand=0)
+            collectives = (gather,) + collectives
         return Layout(inputs=(need_x,), output=out, params=params, collectives=collectives)
 
     def saves(self, node, inputs, output, ctx):

@@ -39,11 +39,16 @@ def apply_overrides(
             blocks.append(ast.Block(stmt.span, kind_name, None, (stmt,)))
             continue
         block = blocks[index]
-        stmts = [
-            s
-            for s in block.stmts
-            if not (isinstance(s, ast.Assign) and s.target.name == stmt.target.name)
-        ]
-        stmts.append(stmt)
+        # replaced in place, so dims defined below it still see it
+        stmts = list(block.stmts)
+        at = next(
+            (i for i, s in enumerate(stmts)
+             if isinstance(s, ast.Assign) and s.target.name == stmt.target.name),
+            None,
+        )  # fmt: skip
+        if at is None:
+            stmts.append(stmt)
+        else:
+            stmts[at] = stmt
         blocks[index] = dataclasses.replace(block, stmts=tuple(stmts))
     return dataclasses.replace(module, blocks=tuple(blocks)), diags
