@@ -193,37 +193,51 @@ CODES: dict[str, tuple[str, str]] = {
     # topology and pipeline
     "MSL301": (
         "mesh does not match the devices",
-        "dp * tp * pp must equal the number of devices: nodes × per_node.",
+        "dp * tp * pp must equal the devices the cluster lists: len(nodes) × per_node. Every "
+        "device runs one rank, and MindSpore needs the mesh to cover them exactly. The hint "
+        "lists meshes that fit, with tp inside a server and dividing the heads, and pp no "
+        "more than the repeated layers; changing dp alone is listed first when it fits.",
     ),
     "MSL302": (
         "bad per_node",
-        "Atlas servers use 1, 2, 4 or 8 NPUs each, the same number on every node.",
+        "per_node is the number of NPUs each server uses: 1, 2, 4 or 8 (an Atlas 800T A2 has "
+        "8), the same on every node, as Ascend rank tables expect.",
     ),
     "MSL303": (
         "tensor-parallel group spans nodes",
-        "Ranks put tp innermost, so tp must not exceed per_node: tensor parallelism needs "
-        "the fast links inside a server.",
+        "Ranks put tp innermost (rank = (stage * dp + dp_i) * tp + tp_i) and nodes take "
+        "consecutive ranks, so a tp group stays inside one server only when tp divides "
+        "per_node. Tensor parallelism communicates in every layer and needs the fast links "
+        "inside a server: lower tp and raise dp or pp.",
     ),
     "MSL304": (
         "invalid node address",
-        "server_id in the rank table is an IPv4 address, not a host name.",
+        "Each entry of `nodes` becomes a server_id in the rank table, which must be the "
+        "server's IPv4 address (`ip -4 addr`), not a host name; the first is also msrun's "
+        "master address. Unspecified (0.0.0.0), multicast and reserved addresses are refused.",
     ),
     "MSL305": (
         "duplicate node address",
-        "Each node appears once in `nodes`.",
+        "Each server appears once in `nodes`, in rank order; listing one twice would give two "
+        "sets of ranks the same server_id.",
     ),
     "MSL306": (
         "invalid device IP",
-        "Device IPs are the NPUs' own RoCE IPv4 addresses (hccn.conf `address_N=IP`).",
+        "Device IPs are the NPUs' own RoCE IPv4 addresses, read with `hccn_tool -i N -ip -g` "
+        "or from /etc/hccn.conf `address_N=IP` on each server. Fix the address in the list or "
+        "in the hccn.conf the message names.",
     ),
     "MSL307": (
         "duplicate device IP",
-        "Every device IP in the cluster is distinct, and differs from the node addresses.",
+        "Every device IP in the cluster is distinct, and none is a node's own address. A "
+        "common cause is giving two nodes the same hccn.conf: each server has its own.",
     ),
     "MSL308": (
         "wrong number of device IPs",
-        "Each node needs exactly one device IP per device used (per_node), and device_ips "
-        "needs one entry per node.",
+        'device_ips has one entry per node, in the order of `nodes` (`hccn("path")` alone is '
+        "fine for one node), and each entry holds exactly per_node addresses, device 0 first. "
+        "An hccn.conf lists every NPU of its server; when per_node is lower, write the used "
+        "devices' IPs as a list.",
     ),
     "MSL309": (
         "unreadable hccn.conf",
@@ -237,25 +251,31 @@ CODES: dict[str, tuple[str, str]] = {
     ),
     "MSL311": (
         "pipeline split does not add up",
-        "`split` lists layers per stage; they must sum to the repeated layers.",
+        "`split` lists the repeated layers per pipeline stage; the counts must sum to the "
+        "layers the network repeats (the sum of its `repeat` counts). Leave `split` out for a "
+        "balanced split.",
     ),
     "MSL312": (
         "empty pipeline stage",
-        "Every stage needs at least one layer: pp may not exceed the layers, and no split "
-        "entry may be 0.",
+        "Every pipeline stage needs at least one repeated layer: pp may not exceed the layers "
+        "the network repeats, and no `split` entry may be 0 or negative.",
     ),
     "MSL313": (
         "too few micro-batches",
-        "A pipeline of pp stages needs micro_batches >= pp, or stages sit idle.",
+        "A pipeline of pp stages needs at least pp micro-batches per step, or stages sit "
+        "idle for most of the step. micro_batches is pipeline.micro_batches, or global_batch "
+        "/ (micro_batch * dp) when it is not given: raise it (and global_batch to match) or "
+        "use fewer stages.",
     ),
     "MSL314": (
         "split length differs from pp",
-        "`split` gives one count per pipeline stage: pp entries.",
+        "`split` gives one layer count per pipeline stage, so it has pp entries.",
     ),
     "MSL315": (
         "bad pipeline schedule",
-        "Schedules: 1f1b, gpipe, interleaved(chunks = N). Interleaving needs layers divisible "
-        "by pp * chunks unless `split` is given.",
+        "Schedules: 1f1b, gpipe, interleaved(chunks = N). An interleaved schedule gives each "
+        "stage N chunks of equal size, so the repeated layers must be divisible by pp * "
+        "chunks unless `split` is given.",
     ),
     "MSL316": (
         "bad master port",
@@ -267,42 +287,57 @@ CODES: dict[str, tuple[str, str]] = {
         "over the memory budget",
         "A pipeline stage's estimated peak memory per device exceeds the budget "
         "(budget.device_memory, or the device's memory minus its runtime reserve). The "
-        "message lists the breakdown and changes that would fit; `msgen estimate` shows all.",
+        "message gives the stage's breakdown and up to three changes that would make every "
+        "stage fit (recompute, zero, smaller micro-batches, another schedule or mesh), each "
+        "with its effect estimated on the changed spec and the `--set` arguments that try it: "
+        "`msgen estimate SPEC --set ...` shows the whole estimate.",
     ),
     "MSL402": (
         "little headroom (warning)",
-        "The total fits, but not with the 10% fragmentation headroom MindSpore usually needs.",
+        "The total fits, but not with the 10% fragmentation headroom on top: MindSpore's peak "
+        "with fragments is usually about 10% above the used peak, so a run this close to the "
+        "budget may still run out of memory. `msgen estimate` shows where the memory goes.",
     ),
     # training
     "MSL501": (
         "batch arithmetic",
-        "global_batch must equal micro_batch * dp * micro_batches.",
+        "global_batch must equal micro_batch * dp * micro_batches when pipeline.micro_batches "
+        "is given; without it, micro_batches is global_batch / (micro_batch * dp), which must "
+        "divide exactly. Change global_batch or micro_batches as the hint says.",
     ),
     "MSL502": (
         "warmup not shorter than the schedule",
-        "The learning-rate warmup must end before the schedule's last step.",
+        "The learning-rate warmup must end before the schedule's last step: warmup < steps. A "
+        "warmup of a few percent of the steps is usual.",
     ),
     "MSL503": (
         "bad zero level",
-        "zero is 0 (off), 1 (optimizer states), 2 (+ gradients) or 3 (+ weights).",
+        "zero is 0 (off), 1 (shard optimizer states over dp), 2 (and gradients) or 3 (and "
+        "weights).",
     ),
     "MSL504": (
         "unknown optimizer or argument",
-        "The optimizer is adamw(lr, beta1, beta2, eps, weight_decay).",
+        "The optimizer is adamw(lr, beta1, beta2, eps, weight_decay); lr is required, the "
+        "others default to 0.9, 0.999, 1e-8 and 0.",
     ),
     "MSL505": (
         "setting out of range",
-        "An optimizer, schedule or training value is outside its valid range (lr > 0, "
-        "0 <= beta < 1, eps > 0, weight_decay >= 0, grad_clip > 0, ...).",
+        "An optimizer, schedule or training value is outside its valid range: lr > 0, 0 <= "
+        "beta1, beta2 < 1, eps > 0, weight_decay >= 0; warmup a whole number >= 0, steps a "
+        "whole number > 0, 0 <= min_lr <= lr; seed in 0 .. 2^32 - 1.",
     ),
     "MSL506": (
         "unknown schedule or argument",
-        "The learning-rate schedule is cosine(warmup, steps, min_lr) or constant(warmup).",
+        "The learning-rate schedule is cosine(warmup, steps, min_lr) (steps required, warmup "
+        "and min_lr default to 0) or constant(warmup).",
     ),
     "MSL507": (
         "fusion pattern matches nothing (warning)",
-        "A fusion group's pattern (an fnmatch glob over parameter paths such as "
-        "`decoder.3.qkv.weight`) matches no parameter.",
+        "A fusion group's pattern matches no parameter, so it does nothing. Patterns are "
+        "fnmatch globs, case-sensitive, over parameter paths: the repeated layer, the copy "
+        "index, the op and the parameter (`decoder.3.qkv.weight`, `decoder.0.ln1.gamma`), or "
+        "a network op and its parameter (`emb.table`, `norm.gamma`). A tied output layer has "
+        "no weight of its own.",
     ),
     "MSL508": (
         "unknown dtype",
@@ -318,11 +353,13 @@ CODES: dict[str, tuple[str, str]] = {
     ),
     "MSL511": (
         "too many fusion buckets",
-        "`buckets N` splits a group's layers into N ranges, so N may not exceed the layers.",
+        "`buckets N` splits a group's repeated-layer parameters into N contiguous layer "
+        "ranges, so N may not exceed the layers the network repeats.",
     ),
     "MSL512": (
         "bad loss scale or gradient clip",
-        "loss_scale is `dynamic`, `none` or a positive number; grad_clip a positive number.",
+        "loss_scale is `dynamic`, `none` or a positive number; grad_clip is a positive number "
+        "(the global gradient norm it clips to) or `none`.",
     ),
 }
 

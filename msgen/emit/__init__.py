@@ -38,6 +38,8 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     from msgen.emit.launch import LaunchContext, msrun_script, rank_table_json, rank_table_script
     from msgen.emit.plan_json import plan_json
     from msgen.emit.render import render_model, render_train
+    from msgen.estimate.memory import estimate
+    from msgen.estimate.report import estimate_json
 
     spec = plan.spec
     context = build_context(plan, spec_path)
@@ -55,7 +57,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
         "model.py": render_model(context),
         "train.py": render_train(context),
         "launch/msrun.sh": msrun_script(launch),
-        "plan.json": plan_json(plan, spec_path),
+        "plan.json": plan_json(plan, spec_path, estimate_json(estimate(plan))),
     }
     if cluster.device_ips is not None:
         files["hccl.json"] = rank_table_json(launch)

@@ -100,4 +100,6 @@ class Mul(_Binary):
     args = (Arg("a", "tensor"), Arg("b", "tensor"))
 
     def saves(self, node, inputs, output, ctx):
+        if len(inputs) < 2:
+            return []  # times a constant: backward needs only the constant
         return [saved_operand(ref.name, t) for ref, t in zip(node.inputs, inputs, strict=True)]

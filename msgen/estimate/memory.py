@@ -1,0 +1,396 @@
+"""Peak memory per device for each pipeline stage, read off the op graph.
+
+Every number comes from the facts the check passes built: each parameter with
+its own split, and the tensors each op saves for backward (`OpDef.saves`).
+Nothing here knows an architecture. The rules are DESIGN.md's "Memory
+accounting rules"; reference/estimator.md has the published numbers they
+reproduce. Devices of one stage hold equal slices (splits divide evenly), so
+one device stands for its stage; a dim that did not divide would be rounded up
+(the most-loaded device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import ceil, prod
+
+from msgen.checks.facts import DTYPE_BYTES, GraphFacts
+from msgen.estimate.devices import DEVICES, Device
+from msgen.ir.models import Recompute, Spec, Split
+from msgen.ops import OPS
+from msgen.ops.base import Param, Saved
+from msgen.plan import Plan
+
+GiB = 2**30
+MiB = 2**20
+HSDP_THRESHOLD = 65536  # bytes: hsdp leaves a parameter slice smaller than this whole
+ADAM_STATE_BYTES = 8  # m and v, fp32
+HCCL_BUFFER = 200 * MiB  # HCCL_BUFFSIZE's default; each communicator takes two
+HEADROOM = Fraction(1, 10)  # MindSpore's peak with fragments is about 10% above the used peak
+
+
+# precision and model states ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes stored per parameter, by what they hold, and the dtypes behind them."""
+
+    weight: int
+    master: int  # a separate master copy (0: the weights are the master)
+    grad: int
+    optimizer: int  # Adam's m and v
+    weight_dtype: str
+    master_dtype: str | None
+    grad_dtype: str
+
+    @property
+    def per_param(self) -> int:
+        return self.weight + self.master + self.grad + self.optimizer
+
+
+def precision(spec: Spec) -> Precision:
+    param = spec.model.param_dtype
+    master = spec.train.master_weights
+    master = master if master and master != param else None
+    grad = spec.train.grad_dtype or param
+    return Precision(
+        weight=DTYPE_BYTES[param],
+        master=DTYPE_BYTES[master] if master else 0,
+        grad=DTYPE_BYTES[grad],
+        optimizer=ADAM_STATE_BYTES,
+        weight_dtype=param,
+        master_dtype=master,
+        grad_dtype=grad,
+    )
+
+
+def slice_shape(shape: tuple[int, ...], split: Split, sizes: dict[str, int]) -> tuple[int, ...]:
+    """One device's slice: each dim divided by the axes splitting it (rounded up)."""
+    return tuple(ceil(n / prod(sizes.get(a, 1) for a in axes)) for n, axes in zip(shape, split))
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    params: int  # elements per device: the model-parallel slices, before ZeRO
+    weights: int  # bytes
+    grads: int
+    optimizer: int  # master copy and Adam states
+
+    def __add__(self, other: ModelStates) -> ModelStates:
+        return ModelStates(
+            self.params + other.params,
+            self.weights + other.weights,
+            self.grads + other.grads,
+            self.optimizer + other.optimizer,
+        )
+
+    def __mul__(self, n: int) -> ModelStates:
+        return ModelStates(self.params * n, self.weights * n, self.grads * n, self.optimizer * n)
+
+
+NO_STATES = ModelStates(0, 0, 0, 0)
+
+
+def param_states(
+    params: list[Param], sizes: dict[str, int], prec: Precision, zero: int
+) -> ModelStates:
+    """Weights, gradients and optimizer states of `params` on one device.
+
+    ZeRO (hsdp) slices a parameter's first dim over dp: level 1 the optimizer
+    states and master copy, 2 the gradients too, 3 the weights too. Below level 3
+    the weights count whole: level 1 and 2 keep the all-gathered weights from
+    forward until backward. A slice under hsdp's 64 KiB threshold, or whose first
+    dim dp does not divide, stays whole.
+    """
+    dp = sizes.get("dp", 1)
+    total = NO_STATES
+    for p in params:
+        dims = slice_shape(p.shape, p.split, sizes)
+        n = prod(dims)
+        sharded = (
+            dp > 1 and n * prec.weight >= HSDP_THRESHOLD and len(dims) > 0 and dims[0] % dp == 0
+        )
+        part = n // dp if sharded else n
+        total += ModelStates(
+            params=n,
+            weights=(part if zero >= 3 else n) * prec.weight,
+            grads=(part if zero >= 2 else n) * prec.grad,
+            optimizer=(part if zero >= 1 else n) * (prec.master + prec.optimizer),
+        )
+    return total
+
+
+# activations ------------------------------------------------------------------
+
+
+def saved_bytes(s: Saved, sizes: dict[str, int]) -> int:
+    return prod(slice_shape(s.shape, s.split, sizes)) * s.itemsize
+
+
+def recompute_label(rc: Recompute | None) -> str:
+    if rc is None or rc.mode == "none":
+        return "none"
+    if rc.mode == "full":
+        return "full"
+    return f"select({', '.join(r.name for r in rc.ops)})"
+
+
+def kept_saves(gf: GraphFacts, rc: Recompute | None) -> dict[str, Saved]:
+    """What one copy of a layer keeps for backward after recompute, one entry per
+    distinct tensor (by key), in op order.
+
+    `full` keeps only the layer's input. `select(op, ...)` drops what the named
+    ops save beyond their inputs and keeps those inputs instead; a named
+    primitive op's output is recomputed too, so no consumer keeps it, while a
+    named composite op (a Cell) keeps its output. An input that is itself the
+    output of a named primitive is recomputed from that op's own inputs.
+    """
+    if rc is not None and rc.mode == "full":
+        decl = gf.graph.input
+        t = gf.tensors[decl.name]
+        return {decl.name: Saved(decl.name, t.shape, t.split, t.itemsize, "input")}
+    named = [r.name for r in rc.ops if r.name in gf.ops] if rc and rc.mode == "select" else []
+    recomputed = {n for n in named if not OPS[gf.ops[n].node.kind].composite}
+    kept: dict[str, Saved] = {}
+    for name, of in gf.ops.items():
+        for s in of.saves:
+            if (name in named and s.role != "input") or s.key in recomputed:
+                continue
+            kept.setdefault(s.key, s)
+    for name in named:
+        of = gf.ops[name]
+        for ref, t in zip(of.node.inputs, of.inputs):
+            if ref.name not in recomputed:
+                kept.setdefault(ref.name, Saved(ref.name, t.shape, t.split, t.itemsize, "input"))
+    return kept
+
+
+def layer_activation_bytes(gf: GraphFacts, rc: Recompute | None, sizes: dict[str, int]) -> int:
+    """Bytes one copy of a layer keeps per micro-batch on one device."""
+    return sum(saved_bytes(s, sizes) for s in kept_saves(gf, rc).values())
+
+
+def in_flight(spec: Spec, stage: int) -> Fraction:
+    """Micro-batches whose activations a stage holds at its peak.
+
+    pp = 1: one (gradient accumulation runs each micro-batch's forward and
+    backward before the next). gpipe: all n. 1F1B: min(n, pp - stage).
+    Interleaved with m > 1 chunks (Megatron's schedule): stage s runs
+    2(pp - s - 1) + (m - 1)pp + 1 chunk forwards before its first backward, at
+    most all n·m of them; a chunk is 1/m of the stage's layers. On the first stage
+    that is pp·(1 + (pp - 1)/(pp·m)) micro-batches, estimator.md's penalty factor.
+    m = 1 is plain 1F1B.
+    """
+    pp, n = spec.mesh.pp, spec.micro_batches
+    if pp == 1:
+        return Fraction(1)
+    if spec.pipeline.schedule == "gpipe":
+        return Fraction(n)
+    m = spec.pipeline.chunks
+    if spec.pipeline.schedule == "interleaved" and m > 1:
+        chunks = min(2 * (pp - stage - 1) + (m - 1) * pp + 1, n * m)
+        return Fraction(chunks, m)
+    return Fraction(min(n, pp - stage))
+
+
+# the estimate -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """One repeated layer's copies on a stage."""
+
+    layer: str
+    copies: int
+    recompute: str
+    activation_bytes_per_layer: int
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    stage: int
+    layers: int
+    layer_kinds: tuple[LayerKind, ...]
+    params: int
+    weights_bytes: int
+    grads_bytes: int
+    accumulation_bytes: int
+    optimizer_bytes: int
+    activation_bytes_per_layer: int
+    in_flight_micro_batches: Fraction
+    activations_bytes: int
+    other_activations_bytes: int
+    logits_bytes: int
+    hccl_bytes: int
+    budget_bytes: int | None
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.weights_bytes
+            + self.grads_bytes
+            + self.accumulation_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.other_activations_bytes
+            + self.logits_bytes
+            + self.hccl_bytes
+        )
+
+    @property
+    def headroom_bytes(self) -> int:
+        return ceil(self.total_bytes * HEADROOM)
+
+    @property
+    def fits(self) -> bool:
+        return self.budget_bytes is None or self.total_bytes <= self.budget_bytes
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but not with the fragmentation headroom on top."""
+        return (
+            self.fits
+            and self.budget_bytes is not None
+            and (self.total_bytes + self.headroom_bytes > self.budget_bytes)
+        )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model: str
+    device: Device | None
+    mesh: dict[str, int]
+    params_total: int
+    precision: Precision
+    zero: int
+    schedule: str
+    chunks: int
+    micro_batches: int
+    budget_bytes: int | None
+    budget_source: str  # budget.device_memory | device
+    stages: tuple[StageMemory, ...]
+
+    @property
+    def devices(self) -> int:
+        return prod(self.mesh.values())
+
+    @property
+    def fits(self) -> bool:
+        return all(s.fits for s in self.stages)
+
+    @property
+    def peak(self) -> StageMemory:
+        """The stage with the largest total (the first of equals)."""
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+
+def budget_of(spec: Spec) -> tuple[int | None, str]:
+    """The budget per device and where it comes from: `budget.device_memory`,
+    else the device's memory minus its runtime reserve (None: unknown device)."""
+    if spec.budget.device_memory is not None:
+        return spec.budget.device_memory, "budget.device_memory"
+    device = DEVICES.get(spec.cluster.device)
+    return (device.usable_bytes if device else None), "device"
+
+
+def hccl_bytes(spec: Spec) -> int:
+    """Two buffers for each communicator: one per mesh axis of size > 1."""
+    axes = sum(1 for n in (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp) if n > 1)
+    return axes * 2 * HCCL_BUFFER
+
+
+def network_saves(plan: Plan, sizes: dict[str, int]) -> tuple[list[int], list[int]]:
+    """Per stage, bytes per micro-batch that the network's own ops save: (others,
+    the loss op's). The loss op's (the fp32 logits) are the logits row."""
+    gf = plan.graph("network")
+    loss = gf.graph.output
+    others, logits = [0] * plan.stages, [0] * plan.stages
+    seen: set[tuple[int, str]] = set()
+    ops = sorted(gf.ops.items(), key=lambda item: item[0] != loss)  # the loss op first
+    for name, of in ops:
+        if of.node.kind == "repeat":
+            continue
+        stage = plan.network_op_stage(of.node)
+        row = logits if name == loss else others
+        for s in of.saves:
+            if (stage, s.key) not in seen:
+                seen.add((stage, s.key))
+                row[stage] += saved_bytes(s, sizes)
+    return others, logits
+
+
+def estimate(plan: Plan) -> Estimate:
+    spec = plan.spec
+    mesh = spec.mesh
+    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
+    prec = precision(spec)
+    zero = spec.train.zero
+    budget, source = budget_of(spec)
+    per_copy = {
+        r.layer: (
+            param_states([p for _, p in plan.layer_params(r.layer)], sizes, prec, zero),
+            layer_activation_bytes(plan.graph(r.layer), spec.recompute.get(r.layer), sizes),
+        )
+        for r in plan.repeats
+    }
+    network_params: dict[str, list[Param]] = {}
+    for op, p in plan.network_params():
+        network_params.setdefault(op, []).append(p)
+    network_states = [NO_STATES] * plan.stages
+    for op, params in network_params.items():
+        states = param_states(params, sizes, prec, zero)
+        for stage in plan.network_param_stages(op):
+            network_states[stage] += states
+    others, logits = network_saves(plan, sizes)
+    accumulate = spec.micro_batches > 1
+    hccl = hccl_bytes(spec)
+    stages = []
+    for stage in range(plan.stages):
+        copies = plan.copies_on_stage(stage)
+        states = network_states[stage]
+        kinds = []
+        for layer, n in copies.items():
+            layer_states, act = per_copy[layer]
+            states += layer_states * n
+            label = recompute_label(spec.recompute.get(layer))
+            kinds.append(LayerKind(layer, n, label, act))
+        layers = sum(copies.values())
+        per_micro_batch = sum(k.copies * k.activation_bytes_per_layer for k in kinds)
+        flight = in_flight(spec, stage)
+        stages.append(
+            StageMemory(
+                stage=stage,
+                layers=layers,
+                layer_kinds=tuple(kinds),
+                params=states.params,
+                weights_bytes=states.weights,
+                grads_bytes=states.grads,
+                # MindSpore's accumulation buffer mirrors the gradients (sharded alike)
+                accumulation_bytes=states.grads if accumulate else 0,
+                optimizer_bytes=states.optimizer,
+                # the mean over the stage's layers: exact with one layer kind
+                activation_bytes_per_layer=ceil(Fraction(per_micro_batch, layers or 1)),
+                in_flight_micro_batches=flight,
+                activations_bytes=ceil(per_micro_batch * flight),
+                other_activations_bytes=ceil(others[stage] * flight),
+                logits_bytes=ceil(logits[stage] * flight),
+                hccl_bytes=hccl,
+                budget_bytes=budget,
+            )
+        )
+    return Estimate(
+        model=spec.model.name,
+        device=DEVICES.get(spec.cluster.device),
+        mesh=dict(sizes),
+        params_total=plan.params_total,
+        precision=prec,
+        zero=zero,
+        schedule=spec.pipeline.schedule,
+        chunks=spec.pipeline.chunks,
+        micro_batches=spec.micro_batches,
+        budget_bytes=budget,
+        budget_source=source,
+        stages=tuple(stages),
+    )

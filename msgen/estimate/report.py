@@ -1,0 +1,313 @@
+"""`msgen estimate`: the estimate as an aligned text table per stage, as JSON,
+and as a stacked-bar SVG.
+
+JSON schema (bytes are per device, GiB = 2^30; `--json` prints it):
+
+    model, device, devices, mesh {dp, tp, pp}, schedule, chunks, micro_batches,
+    zero, dtypes and bytes_per_param {weights, master, grads, optimizer (, total)},
+    params_total (logical, each parameter once), budget_bytes,
+    budget_source ("budget.device_memory" | "device"), hbm_bytes and
+    runtime_reserve_bytes (of the device), fits, stages: [
+      {stage, layers, layer_kinds: [{layer, copies, recompute,
+       activation_bytes_per_layer}], params (per device: the model-parallel
+       slices, before ZeRO), weights_bytes, grads_bytes, accumulation_bytes,
+       optimizer_bytes, activation_bytes_per_layer, in_flight_micro_batches,
+       activations_bytes, other_activations_bytes, logits_bytes, hccl_bytes,
+       total_bytes, headroom_bytes, fits}]
+
+`activation_bytes_per_layer` is the stage's per-micro-batch layer activations
+over its layers: exact with one layer kind on the stage (`layer_kinds` has each
+kind's exact figure), rounded up when kinds differ. `in_flight_micro_batches` is
+a whole number except under interleaving (p + (p - 1)/m on the first stage);
+`activations_bytes` = per layer x layers x in flight, rounded up to a byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+
+from msgen.estimate.memory import Estimate, GiB, StageMemory, estimate
+from msgen.plan import Plan
+
+# The rows of a stage, as the table, the breakdown and the SVG name them.
+ROWS = (
+    ("weights_bytes", "weights"),
+    ("grads_bytes", "grads"),
+    ("accumulation_bytes", "accumulation"),
+    ("optimizer_bytes", "optimizer"),
+    ("activations_bytes", "activations"),
+    ("other_activations_bytes", "other activations"),
+    ("logits_bytes", "logits"),
+    ("hccl_bytes", "HCCL"),
+)
+
+
+def gib(n: int) -> str:
+    return f"{n / GiB:.2f}"
+
+
+def signed_gib(n: int) -> str:
+    return f"{'+' if n >= 0 else '-'}{gib(abs(n))}"
+
+
+def size(n: int) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def number(x: Fraction) -> int | float:
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def flight(x: Fraction) -> str:
+    return str(int(x)) if x.denominator == 1 else f"{float(x):.2f}"
+
+
+def activation_note(stage: StageMemory) -> str:
+    times = f"x {flight(stage.in_flight_micro_batches)} in flight"
+    if len(stage.layer_kinds) == 1:
+        (kind,) = stage.layer_kinds
+        return (
+            f"{size(kind.activation_bytes_per_layer)} per layer x {kind.copies} layers {times}, "
+            f"recompute {kind.layer}: {kind.recompute}"
+        )
+    kinds = " + ".join(
+        f"{k.layer} {size(k.activation_bytes_per_layer)} x {k.copies} (recompute {k.recompute})"
+        for k in stage.layer_kinds
+    )
+    return f"[{kinds}] {times}" if kinds else "no repeated layers"
+
+
+def breakdown(stage: StageMemory) -> str:
+    """One line: the non-zero rows in GiB, summed."""
+    parts = []
+    for key, name in ROWS:
+        value = getattr(stage, key)
+        if value:
+            note = f" ({activation_note(stage)})" if key == "activations_bytes" else ""
+            parts.append(f"{name} {gib(value)}{note}")
+    return " + ".join(parts) + f" = {gib(stage.total_bytes)} GiB"
+
+
+# text -------------------------------------------------------------------------
+
+
+def row_notes(est: Estimate, stage: StageMemory) -> dict[str, str]:
+    prec, mesh, zero = est.precision, est.mesh, est.zero
+    dp = mesh["dp"]
+
+    def over_dp(level: int) -> str:
+        return f", / dp {dp} (zero {zero})" if zero >= level and dp > 1 else ""
+
+    gathered = ", whole: hsdp keeps them gathered until backward" if 0 < zero < 3 and dp > 1 else ""
+
+    master = f" + {prec.master_dtype} master copy" if prec.master_dtype else ""
+    axes = [a for a, n in mesh.items() if n > 1]
+    return {
+        "weights_bytes": f"{prec.weight_dtype}{over_dp(3)}{gathered}",
+        "grads_bytes": f"{prec.grad_dtype}{over_dp(2)}",
+        "accumulation_bytes": (
+            f"the gradients' size, for {est.micro_batches} micro-batches"
+            if stage.accumulation_bytes
+            else "none: one micro-batch per step"
+        ),
+        "optimizer_bytes": f"Adam m, v fp32{master}{over_dp(1)}",
+        "activations_bytes": activation_note(stage),
+        "other_activations_bytes": "saved by the network's ops outside the repeated layers",
+        "logits_bytes": "the loss's working set (fp32 logits)" if stage.logits_bytes else "",
+        "hccl_bytes": (
+            f"2 x 200 MiB for each of {', '.join(axes)}" if axes else "none: one device"
+        ),
+    }
+
+
+def verdict(stage: StageMemory) -> str:
+    budget = stage.budget_bytes
+    if budget is None:
+        return "no budget"
+    spare = budget - stage.total_bytes
+    if spare < 0:
+        return f"OVER BUDGET by {gib(-spare)} GiB"
+    if stage.tight:
+        return f"fits, {gib(spare)} GiB spare, less than the headroom"
+    return f"fits, {gib(spare)} GiB spare"
+
+
+def render_text(est: Estimate, overrides: list[str] = ()) -> str:
+    prec = est.precision
+    mesh = est.mesh
+    device = est.device
+    lines = [
+        f"{est.model}: {est.params_total:,} parameters ({est.params_total / 1e9:.2f} B) on "
+        f"{est.devices} x {device.name if device else '?'}, "
+        f"dp {mesh['dp']} x tp {mesh['tp']} x pp {mesh['pp']}"
+    ]
+    if overrides:
+        lines.append("  what-if: " + " ".join(f"--set {o}" for o in overrides))
+    master = f" + master {prec.master}" if prec.master else ""
+    lines.append(
+        f"  bytes per parameter: weights {prec.weight} + grads {prec.grad}{master} + "
+        f"Adam {prec.optimizer} = {prec.per_param}; zero {est.zero}"
+    )
+    schedule = est.schedule + (f"(chunks = {est.chunks})" if est.schedule == "interleaved" else "")
+    per_step = f"{est.micro_batches} micro-batch{'es' if est.micro_batches > 1 else ''} per step"
+    lines.append(f"  pipeline: {schedule}, {per_step}")
+    if est.budget_bytes is not None:
+        if est.budget_source == "device" and device is not None:
+            source = (
+                f"{device.name}: {gib(device.hbm_bytes)} GiB HBM - "
+                f"{gib(device.reserve_bytes)} GiB runtime reserve"
+            )
+        else:
+            source = est.budget_source
+        lines.append(f"  budget: {gib(est.budget_bytes)} GiB per device ({source})")
+    for stage in est.stages:
+        lines += [""] + stage_table(est, stage)
+    lines.append("")
+    over = [s.stage for s in est.stages if not s.fits]
+    if not over:
+        lines.append(f"fits: every stage within {gib(est.budget_bytes)} GiB per device")
+    else:
+        which = "stage " + ", ".join(map(str, over)) if len(over) < 8 else f"{len(over)} stages"
+        lines.append(
+            f"over budget: {which} above {gib(est.budget_bytes)} GiB per device "
+            "(MSL401 above lists changes that would fit)"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def stage_table(est: Estimate, stage: StageMemory) -> list[str]:
+    notes = row_notes(est, stage)
+    width = max(len(name) for _, name in ROWS)
+    values = {key: gib(getattr(stage, key)) for key, _ in ROWS}
+    budget = est.budget_bytes
+    values["total"] = gib(stage.total_bytes)
+    values["headroom"] = gib(stage.headroom_bytes)
+    pad = max(len(v) for v in values.values())
+
+    def row(name: str, value: str, note: str) -> str:
+        text = f"  {name:<{width}}  {value:>{pad}} GiB"
+        return f"{text}   {note}" if note else text
+
+    out = [f"stage {stage.stage}: {stage.layers} layers, {stage.params:,} parameters per device"]
+    out += [row(name, values[key], notes[key]) for key, name in ROWS]
+    out.append("  " + "-" * (width + pad + 6))
+    of = f"of the {gib(budget)} GiB budget" if budget is not None else ""
+    out.append(row("total", values["total"], of))
+    out.append(row("headroom", values["headroom"], "10% for fragmentation, not added"))
+    out.append(f"  {'verdict':<{width}}  {verdict(stage)}")
+    return out
+
+
+# JSON -------------------------------------------------------------------------
+
+
+def estimate_json(est: Estimate) -> dict:
+    prec = est.precision
+    device = est.device
+    return {
+        "model": est.model,
+        "device": device.name if device else None,
+        "devices": est.devices,
+        "mesh": dict(est.mesh),
+        "schedule": est.schedule,
+        "chunks": est.chunks,
+        "micro_batches": est.micro_batches,
+        "zero": est.zero,
+        "dtypes": {
+            "weights": prec.weight_dtype,
+            "master": prec.master_dtype,
+            "grads": prec.grad_dtype,
+            "optimizer": "fp32",
+        },
+        "bytes_per_param": {
+            "weights": prec.weight,
+            "master": prec.master,
+            "grads": prec.grad,
+            "optimizer": prec.optimizer,
+            "total": prec.per_param,
+        },
+        "params_total": est.params_total,
+        "budget_bytes": est.budget_bytes,
+        "budget_source": est.budget_source,
+        "hbm_bytes": device.hbm_bytes if device else None,
+        "runtime_reserve_bytes": device.reserve_bytes if device else None,
+        "fits": est.fits,
+        "stages": [stage_json(s) for s in est.stages],
+    }
+
+
+def stage_json(s: StageMemory) -> dict:
+    return {
+        "stage": s.stage,
+        "layers": s.layers,
+        "layer_kinds": [
+            {
+                "layer": k.layer,
+                "copies": k.copies,
+                "recompute": k.recompute,
+                "activation_bytes_per_layer": k.activation_bytes_per_layer,
+            }
+            for k in s.layer_kinds
+        ],
+        "params": s.params,
+        "weights_bytes": s.weights_bytes,
+        "grads_bytes": s.grads_bytes,
+        "accumulation_bytes": s.accumulation_bytes,
+        "optimizer_bytes": s.optimizer_bytes,
+        "activation_bytes_per_layer": s.activation_bytes_per_layer,
+        "in_flight_micro_batches": number(s.in_flight_micro_batches),
+        "activations_bytes": s.activations_bytes,
+        "other_activations_bytes": s.other_activations_bytes,
+        "logits_bytes": s.logits_bytes,
+        "hccl_bytes": s.hccl_bytes,
+        "total_bytes": s.total_bytes,
+        "headroom_bytes": s.headroom_bytes,
+        "fits": s.fits,
+    }
+
+
+# the command ------------------------------------------------------------------
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write beside the target, then rename over it: readers never see half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def estimate_command(result, args) -> int:
+    """Print the whole estimate; 1 when a stage is over budget (or the spec has
+    other errors, already printed: then nothing is estimated)."""
+    from msgen.cli import EXIT_ERRORS, EXIT_OK, UsageError
+
+    if result.spec is None or any(
+        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
+    ):
+        return EXIT_ERRORS
+    est = estimate(Plan(result.spec, result.facts))
+    if args.json:
+        sys.stdout.write(json.dumps(estimate_json(est), indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(est, args.set))
+    if args.svg:
+        from msgen.estimate.svg import render_svg
+
+        try:
+            write_atomic(Path(args.svg), render_svg(est))
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.svg}: {exc.strerror or exc}") from exc
+    return EXIT_OK if est.fits else EXIT_ERRORS

@@ -1,0 +1,271 @@
+"""What-if estimates: the spec with a few settings changed, checked and estimated
+again. The budget check uses them to name changes that would fit a stage.
+
+A variant is built on the IR, not the text: the settings are swapped in, and
+when the batch (`micro_batch * dp`) changes, the shapes that lowering evaluated
+with it are re-derived: it is the first dim of the network's token input (the
+network takes [batch, seq]), and each layer's input takes whatever shape the
+network now feeds it. The variant then goes through every check (the budget's
+aside), so a change that breaks the spec is never suggested.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from msgen.checks import names, run_checks, shapes
+from msgen.checks.facts import Facts
+from msgen.diagnostics import has_errors
+from msgen.estimate.memory import Estimate, estimate
+from msgen.ir.models import Recompute, Spec, TensorRef
+from msgen.ops import OPS
+from msgen.plan import Plan
+
+MESH_FACTORS = (2, 4, 8)  # how far one suggestion moves devices between axes
+PAIR_POOL = 6  # single changes, best first, that are tried two at a time
+
+# Cost order between kinds of change, cheapest to adopt first: recomputing the
+# attention core costs a few percent of compute; ZeRO adds overlappable
+# collectives; smaller micro-batches and another schedule cost efficiency;
+# a new mesh moves communication onto slower links; full recompute reruns
+# every forward (about a third more compute).
+COST = {"select": 0, "zero": 1, "micro_batch": 2, "schedule": 3, "mesh": 4, "full": 5}
+
+
+@dataclass(frozen=True)
+class Change:
+    family: str  # alternatives to one another: `recompute decoder`, `zero`, `mesh`...
+    cost: int
+    settings: tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    label: str  # "recompute decoder = full"
+    overrides: tuple[str, ...]  # the same as `--set` arguments
+    estimate: Estimate
+
+
+def merged(changes: tuple[Change, ...]) -> dict[str, object] | None:
+    settings: dict[str, object] = {}
+    for change in changes:
+        for key, value in change.settings:
+            if key in settings:
+                return None
+            settings[key] = value
+    return settings
+
+
+# building a variant -----------------------------------------------------------
+
+
+def micro_batches_after(spec: Spec, settings: dict) -> int | None:
+    """The written micro_batches that keeps global_batch (None when not written,
+    so it still follows from global_batch); -1 when no whole number does."""
+    if spec.pipeline.micro_batches is None:
+        return None
+    dp = settings.get("mesh", (spec.mesh.dp,))[0]
+    per_step = settings.get("micro_batch", spec.train.micro_batch) * dp
+    return spec.train.global_batch // per_step if spec.train.global_batch % per_step == 0 else -1
+
+
+def apply(spec: Spec, settings: dict) -> Spec | None:
+    """The spec with `settings` in place, or None when no consistent spec has them."""
+    micro_batches = micro_batches_after(spec, settings)
+    if micro_batches == -1:
+        return None
+    dp, tp, pp = settings.get("mesh", (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp))
+    train = {"micro_batch": settings.get("micro_batch", spec.train.micro_batch)}
+    train["zero"] = settings.get("zero", spec.train.zero)
+    pipeline: dict[str, object] = {"micro_batches": micro_batches}
+    if "schedule" in settings:
+        pipeline.update(schedule=settings["schedule"], chunks=1)
+    recompute = dict(spec.recompute)
+    for key, value in settings.items():
+        if key.startswith("recompute."):
+            layer = key.partition(".")[2]
+            mode, ops = value
+            span = recompute[layer].span if layer in recompute else spec.layers[layer].span
+            refs = tuple(TensorRef(span=span, name=op) for op in ops)
+            recompute[layer] = Recompute(span=span, layer=layer, mode=mode, ops=refs)
+    variant = spec.model_copy(
+        update={
+            "mesh": spec.mesh.model_copy(update={"dp": dp, "tp": tp, "pp": pp}),
+            "train": spec.train.model_copy(update=train),
+            "pipeline": spec.pipeline.model_copy(update=pipeline),
+            "recompute": recompute,
+        }
+    )
+    return rebatched(variant, spec.train.micro_batch * spec.mesh.dp)
+
+
+def rebatched(spec: Spec, old_batch: int) -> Spec | None:
+    batch = spec.train.micro_batch * spec.mesh.dp
+    tokens = spec.network.input
+    if batch == old_batch:
+        return spec
+    if tokens is None or not tokens.shape or tokens.shape[0] != old_batch:
+        return None  # the spec does not spell its batch the usual way: leave it be
+    network = spec.network.model_copy(
+        update={"input": tokens.model_copy(update={"shape": (batch,) + tokens.shape[1:]})}
+    )
+    spec = spec.model_copy(update={"network": network})
+    # a layer's input shape depends on the layers before it: one pass per layer
+    for _ in range(len(spec.layers) + 1):
+        facts = Facts()
+        names.run(spec, facts)
+        shapes.run(spec, facts)
+        fed = facts.graphs["network"].shapes
+        layers = dict(spec.layers)
+        for layer, node in facts.repeats.items():
+            decl = layers[layer].input
+            shape = fed.get(node.inputs[0].name)
+            if shape is not None and shape != decl.shape:
+                layers[layer] = layers[layer].model_copy(
+                    update={"input": decl.model_copy(update={"shape": shape})}
+                )
+        if layers == spec.layers:
+            return spec
+        spec = spec.model_copy(update={"layers": layers})
+    return None
+
+
+def estimate_variant(spec: Spec, settings: dict) -> Estimate | None:
+    """The estimate of the spec with `settings`, or None when that spec has errors."""
+    variant = apply(spec, settings)
+    if variant is None:
+        return None
+    facts, diags = run_checks(variant, budget=False)
+    if has_errors(diags):
+        return None
+    return estimate(Plan(variant, facts))
+
+
+# describing a variant ---------------------------------------------------------
+
+
+def describe(spec: Spec, settings: dict) -> tuple[str, tuple[str, ...]]:
+    """How a message names the change, and the `--set` arguments that make it."""
+    words, sets = [], []
+    for key, value in settings.items():
+        if key.startswith("recompute."):
+            layer = key.partition(".")[2]
+            mode, ops = value
+            text = f"select({', '.join(ops)})" if mode == "select" else mode
+            words.append(f"recompute {layer} = {text}")
+            sets.append(f"recompute.{layer}={text}")
+        elif key == "mesh":
+            old = (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp)
+            axes = [(a, n) for a, n, o in zip(("dp", "tp", "pp"), value, old) if n != o]
+            words.append(", ".join(f"{a} = {n}" for a, n in axes))
+            sets += [f"mesh.{a}={n}" for a, n in axes]
+        elif key in ("zero", "micro_batch"):
+            words.append(f"{key} = {value}")
+            sets.append(f"train.{key}={value}")
+        else:
+            words.append(f"{key} = {value}")
+            sets.append(f"pipeline.{key}={value}")
+    micro_batches = micro_batches_after(spec, settings)
+    if micro_batches not in (None, spec.pipeline.micro_batches):
+        words[-1] += f" with micro_batches = {micro_batches}"
+        sets.append(f"pipeline.micro_batches={micro_batches}")
+    return " and ".join(words), tuple(sets)
+
+
+def set_args(overrides: tuple[str, ...]) -> str:
+    return " ".join(f"--set {shlex.quote(o)}" for o in overrides)
+
+
+# what to try ------------------------------------------------------------------
+
+
+def candidates(spec: Spec, facts: Facts) -> list[Change]:
+    """Single changes worth estimating, each family's cheapest first."""
+    out: list[Change] = []
+    for layer in facts.order[:-1]:
+        rc = spec.recompute.get(layer)
+        mode = rc.mode if rc else "none"
+        if mode == "full":
+            continue
+        family = f"recompute {layer}"
+        chosen = [r.name for r in rc.ops] if mode == "select" else []
+        composites = [
+            name
+            for name, of in facts.graphs[layer].ops.items()
+            if OPS[of.node.kind].composite and name not in chosen
+        ]
+        if composites:
+            value = ("select", tuple(chosen + composites))
+            out.append(Change(family, COST["select"], ((f"recompute.{layer}", value),)))
+        out.append(Change(family, COST["full"], ((f"recompute.{layer}", ("full", ())),)))
+    mesh = spec.mesh
+    if mesh.dp > 1:
+        for level in range(spec.train.zero + 1, 4):
+            out.append(Change("zero", COST["zero"], (("zero", level),)))
+    # more micro-batches alone never lower the peak (1F1B keeps min(n, pp - s) in
+    # flight); smaller ones do, with more of them to keep global_batch
+    mb = spec.train.micro_batch
+    for smaller in sorted((d for d in range(1, mb) if mb % d == 0), reverse=True):
+        out.append(Change("micro_batch", COST["micro_batch"], (("micro_batch", smaller),)))
+    if mesh.pp > 1 and spec.pipeline.schedule != "1f1b":
+        out.append(Change("schedule", COST["schedule"], (("schedule", "1f1b"),)))
+    dp, tp, pp = mesh.dp, mesh.tp, mesh.pp
+    reshapes = []
+    for k in MESH_FACTORS:
+        if dp % k == 0:
+            reshapes += [(dp // k, tp * k, pp), (dp // k, tp, pp * k)]
+        if pp % k == 0:
+            reshapes.append((dp, tp * k, pp // k))
+        if tp % k == 0:
+            reshapes.append((dp, tp // k, pp * k))
+    out += [Change("mesh", COST["mesh"], (("mesh", r),)) for r in reshapes]
+    return out
+
+
+def suggestions(spec: Spec, facts: Facts, limit: int = 3) -> tuple[list[Suggestion], bool]:
+    """Up to `limit` changes that make every stage fit, and True; when none does
+    alone, pairs of them; when no pair does either, the changes that lower the
+    peak stage most, and False."""
+    tried = []
+    for change in candidates(spec, facts):
+        est = estimate_variant(spec, dict(change.settings))
+        if est is not None:
+            tried.append(((change,), est))
+    found = fitting(spec, tried, limit)
+    if found:
+        return found, True
+    pool = sorted(tried, key=lambda t: t[1].peak.total_bytes)[:PAIR_POOL]
+    pairs = []
+    for i, (a, _) in enumerate(pool):
+        for b, _ in pool[i + 1 :]:
+            if a[0].family == b[0].family:
+                continue
+            settings = merged(a + b)
+            est = estimate_variant(spec, settings) if settings is not None else None
+            if est is not None:
+                pairs.append((a + b, est))
+    found = fitting(spec, pairs, limit)
+    if found:
+        return found, True
+    return [suggestion(spec, c, est) for c, est in pool[:limit]], False
+
+
+def fitting(spec: Spec, tried, limit: int) -> list[Suggestion]:
+    """The cheapest fitting change of each family (or pair of families), cheapest
+    families first."""
+    best: dict[tuple[str, ...], tuple] = {}
+    for order, (changes, est) in enumerate(tried):
+        if not est.fits:
+            continue
+        key = tuple(c.family for c in changes)
+        rank = (sum(c.cost for c in changes), order)
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, changes, est)
+    chosen = sorted(best.values(), key=lambda b: b[0])[:limit]
+    return [suggestion(spec, changes, est) for _, changes, est in chosen]
+
+
+def suggestion(spec: Spec, changes: tuple[Change, ...], est: Estimate) -> Suggestion:
+    label, overrides = describe(spec, merged(changes))
+    return Suggestion(label, overrides, est)
