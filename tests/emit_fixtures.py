@@ -268,3 +268,75 @@ def tiny_llama() -> ModelContext:
         network=net,
         train=train(),
     )
+
+
+def tiny_mixed() -> ModelContext:
+    """(c) The remaining code paths: pp = 1 (gradient accumulation), flash attention
+    asked for (composed on CPU) with dropout and selective recompute, swiglu, tanh
+    gelu, a constant product, an untied output layer with bias, no loss scaling,
+    no clipping, no checkpoints."""
+    ffn = 128
+    decoder = LayerSpec(
+        "block",
+        "x",
+        "out",
+        (
+            layernorm("ln1", "x"),
+            column("qkv", "ln1", HIDDEN, 3 * HIDDEN),
+            replace(attention("qkv", HEADS, rope=True, p=0.1), flash=True, recompute=True),
+            row("proj", "att", HIDDEN, HIDDEN),
+            add("h", "x", "proj"),
+            layernorm("ln2", "h"),
+            column("gu", "ln2", HIDDEN, 2 * ffn),
+            OpSpec("sw", "swiglu", ("gu",), strategies=(("x", (ROW,)),), recompute=True),
+            OpSpec(
+                "act",
+                "gelu",
+                ("sw",),
+                strategies=(("x", (ROW,)),),
+                approximate=True,
+                recompute=True,
+            ),
+            row("down", "act", ffn, HIDDEN),
+            OpSpec("half", "mul", ("down", 0.5), strategies=(("x", (ROW, ())),)),
+            add("out", "h", "half"),
+        ),
+    )
+    emb = OpSpec(
+        "emb",
+        "embedding",
+        ("tokens",),
+        (ParamSpec("table", (VOCAB, HIDDEN), "normal", True),),
+        (("gather", ((TP, 1), (DP, 1))),),
+    )
+    body = OpSpec("body", "repeat", ("emb",), layer="block", count=LAYERS, stages=(0, 0))
+    net = NetworkSpec(
+        "tokens",
+        "loss",
+        (
+            emb,
+            body,
+            layernorm("norm", "body"),
+            column("logits", "norm", HIDDEN, VOCAB),
+            OpSpec(
+                "loss", "cross_entropy", ("logits", "tokens"), strategies=(("logits", ((DP, 1),)),)
+            ),
+        ),
+    )
+    return ModelContext(
+        name="tiny_mixed",
+        spec_path="specs/tiny_mixed.msl",
+        spec_sha256="2" * 64,
+        dtype="fp32",
+        param_dtype="fp32",
+        vocab=VOCAB,
+        seq=SEQ,
+        dp=DP,
+        tp=TP,
+        pp=1,
+        micro_batches=2,
+        schedule="1f1b",
+        layers=(decoder,),
+        network=net,
+        train=train(global_batch=DP * 2, grad_clip=None, checkpoint_every=None),
+    )

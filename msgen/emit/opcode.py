@@ -121,10 +121,9 @@ def _swiglu(op: OpSpec, ctx: ModelContext) -> Snippet:
 
 def _dropout(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
-    # ops.Dropout returns (output, mask).
-    return Snippet(
-        f"ops.Dropout({1.0 - op.p!r}).shard({strategy(op, 'x')})", f"self.{op.name}({x})[0]"
-    )
+    # ops.Dropout returns (output, mask); evaluation (set_train(False)) skips it.
+    make = f"ops.Dropout({1.0 - op.p!r}).shard({strategy(op, 'x')})"
+    return Snippet(make, f"self.{op.name}({x})[0] if self.training else {x}")
 
 
 def _binary(primitive: str) -> Callable[[OpSpec, ModelContext], Snippet]:
@@ -172,7 +171,7 @@ def _op_lines(op: OpSpec, ctx: ModelContext, network: bool) -> tuple[list[str], 
     if snip.helper is None:
         if op.recompute:
             make += ".recompute()"
-        if network:  # only cells carry a pipeline stage
+        if network and ctx.pp > 1:  # only cells carry a pipeline stage
             make = f"Apply({make})"
             helpers.add("apply")
     init.append(f"self.{op.name} = {make}")
@@ -193,7 +192,7 @@ def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str]]:
     init = [f"self.{layer.name} = nn.CellList([{layer.class_name}() for _ in range({op.count})])"]
     body = []
     if ctx.pp > 1:
-        init.append(f"for cell, stage in zip(self.{layer.name}, {op.stages}):")
+        init.append(f"for cell, stage in zip(self.{layer.name}, {op.stages}, strict=True):")
         body.append("cell.pipeline_stage = stage")
     if layer.recompute:
         if not body:
@@ -208,35 +207,31 @@ def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str]]:
     return init, construct
 
 
-def layer_code(layer: LayerSpec, ctx: ModelContext) -> CellCode:
+def _cell_code(ops: tuple[OpSpec, ...], ctx: ModelContext, network: bool) -> CellCode:
     init: list[str] = []
     construct: list[str] = []
     helpers: set[str] = set()
+    for op in ops:
+        if op.kind == "repeat":
+            op_init, op_construct = _repeat_lines(op, ctx)
+        else:
+            op_init, line, op_helpers = _op_lines(op, ctx, network)
+            op_construct = [line]
+            helpers |= op_helpers
+        init.extend(op_init)
+        construct.extend(op_construct)
+    return CellCode(tuple(init), tuple(construct), frozenset(helpers))
+
+
+def layer_code(layer: LayerSpec, ctx: ModelContext) -> CellCode:
     for op in layer.ops:
         if layer.recompute and op.recompute:
             # MindSpore takes one recompute setting per subtree.
             raise ValueError(
                 f"layer {layer.name!r} is recomputed in full; op {op.name!r} cannot be selected too"
             )
-        op_init, line, op_helpers = _op_lines(op, ctx, network=False)
-        init.extend(op_init)
-        construct.append(line)
-        helpers |= op_helpers
-    return CellCode(tuple(init), tuple(construct), frozenset(helpers))
+    return _cell_code(layer.ops, ctx, network=False)
 
 
 def network_code(ctx: ModelContext) -> CellCode:
-    init: list[str] = []
-    construct: list[str] = []
-    helpers: set[str] = set()
-    for op in ctx.network.ops:
-        if op.kind == "repeat":
-            op_init, op_construct = _repeat_lines(op, ctx)
-            init.extend(op_init)
-            construct.extend(op_construct)
-            continue
-        op_init, line, op_helpers = _op_lines(op, ctx, network=True)
-        init.extend(op_init)
-        construct.append(line)
-        helpers |= op_helpers
-    return CellCode(tuple(init), tuple(construct), frozenset(helpers))
+    return _cell_code(ctx.network.ops, ctx, network=True)

@@ -7,16 +7,14 @@ jinja2 and black are imported inside the functions so that importing msgen (and
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgen.emit import opcode
 from msgen.emit.context import ModelContext
+from msgen.resources import resource_dir
 
 if TYPE_CHECKING:
     import jinja2
-
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -26,7 +24,7 @@ def _environment() -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
+        loader=jinja2.FileSystemLoader(resource_dir("templates")),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
