@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 class Span(BaseModel):
     """A region of a spec file; lines and columns are 1-based, end column exclusive."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     file: str
     line: int
@@ -29,7 +29,7 @@ class Severity(str, Enum):
 
 
 class Diagnostic(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     code: str
     severity: Severity

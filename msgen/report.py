@@ -49,13 +49,21 @@ def _escape(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
+def _escape_property(text: str) -> str:
+    """A `key=value` property of a workflow command: also `:` and `,` are escaped."""
+    return _escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
 def render_github(d: Diagnostic) -> str:
     level = "error" if d.is_error else "warning"
     message = d.message + (f" (hint: {d.hint})" if d.hint else "")
     if d.span is None:
         return f"::{level} title={d.code}::{_escape(message)}"
     s = d.span
-    loc = f"file={s.file},line={s.line},col={s.col},endLine={s.end_line},endColumn={s.end_col}"
+    loc = (
+        f"file={_escape_property(s.file)},line={s.line},col={s.col},"
+        f"endLine={s.end_line},endColumn={s.end_col}"
+    )
     return f"::{level} {loc},title={d.code}::{_escape(message)}"
 
 

@@ -86,6 +86,8 @@ def check_graph(graph: Graph, spec: Spec, is_network: bool) -> list[Diagnostic]:
             )
         )
     used.add(graph.output or "")
+    if any(d.code in ("MSL110", "MSL111") for d in diags):
+        return diags  # a misspelt or misplaced use: "never used" would only echo it
     for op in graph.ops:
         if op.name not in used:
             diags.append(
@@ -121,8 +123,11 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
             continue
         facts.repeats[layer] = op
         facts.order.append(layer)
+    unknown_repeat = any(
+        op.kind == "repeat" and op.args["layer"] not in spec.layers for op in spec.network.ops
+    )
     for name, graph in spec.layers.items():
-        if name not in facts.repeats:
+        if name not in facts.repeats and not unknown_repeat:
             diags.append(
                 warning(
                     "MSL124",

@@ -26,6 +26,13 @@ def fmt_list(items) -> str:
     return "[" + ", ".join(str(i) for i in items) + "]"
 
 
+def example(layers: int, pp: int) -> str:
+    """`, e.g. split = [..]` (balanced) when such a split exists and is short to show."""
+    if not 0 < pp <= min(layers, 32):
+        return ""
+    return f", e.g. split = {fmt_list(balanced_split(layers, pp))}"
+
+
 def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
     pp, pipe = spec.mesh.pp, spec.pipeline
     split = pipe.split
@@ -45,15 +52,13 @@ def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
         ]
     span = pipe.spans.get("split", pipe.span)
     if len(split) != pp:
+        stages = "stage" if len(split) == 1 else "stages"
         return [
             error(
                 "MSL314",
-                f"split lists {len(split)} {'stage' if len(split) == 1 else 'stages'}, "
-                f"but pp = {pp}",
+                f"split lists {len(split)} {stages}, but pp = {pp}",
                 span,
-                f"give one layer count per stage, e.g. split = {fmt_list(balanced_split(layers, pp))}"
-                if 0 < pp <= layers
-                else "give one layer count per pipeline stage",
+                "give one layer count per pipeline stage" + example(layers, pp),
             )
         ]
     empty = [i for i, n in enumerate(split) if n <= 0]
@@ -64,8 +69,7 @@ def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
                 "MSL312",
                 f"stage {stage} gets {split[stage]} layers in split = {fmt_list(split)}",
                 span,
-                "every stage needs at least one layer"
-                + (f", e.g. split = {fmt_list(balanced_split(layers, pp))}" if pp <= layers else ""),
+                "every stage needs at least one layer" + example(layers, pp),
             )
         ]
     if sum(split) != layers:
@@ -75,8 +79,7 @@ def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
                 f"split = {fmt_list(split)} adds up to {sum(split)} layers, but the network "
                 f"repeats {layers}",
                 span,
-                f"the counts must sum to {layers}"
-                + (f", e.g. split = {fmt_list(balanced_split(layers, pp))}" if pp <= layers else ""),
+                f"the counts must sum to {layers}" + example(layers, pp),
             )
         ]
     return []
@@ -89,7 +92,7 @@ def check_schedule(spec: Spec, layers: int) -> list[Diagnostic]:
     chunks = pipe.chunks
     if layers % (pp * chunks) == 0 and layers >= pp * chunks:
         return []
-    good = [c for c in range(1, layers + 1) if layers % (pp * c) == 0]
+    good = [c for c in range(1, min(layers, 64) + 1) if layers % (pp * c) == 0]
     hint = (
         f"use chunks = {' or '.join(str(c) for c in good[:3])}, or give `split`"
         if good

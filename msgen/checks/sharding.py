@@ -4,7 +4,7 @@ with its bytes per step). Every op gets a layout, every parameter a split."""
 
 from __future__ import annotations
 
-from math import prod
+from math import gcd, prod
 
 from msgen.checks.facts import (
     DTYPE_BYTES,
@@ -157,9 +157,10 @@ class _Divisibility:
                    if k in self.spec.model.dims]  # fmt: skip
         dims = [self.spec.model.dims[k] for k in watched]
         others = devices // max(1, mesh.pp)
-        good = [
-            t for t in range(1, others + 1) if others % t == 0 and all(d % t == 0 for d in dims)
-        ]
+        # candidates divide the devices and every watched dim: their gcd, whose
+        # divisors are few (never count up to a device count near 2^40)
+        g = gcd(others, *dims)
+        good = [t for t in range(1, min(g, 4096) + 1) if g % t == 0]
         names = ", ".join(f"{k} ({self.spec.model.dims[k]})" for k in watched)
         tries = ", ".join(f"{axis} = {t}" for t in good if t > 1) or f"{axis} = 1"
         return (

@@ -11,25 +11,12 @@ import ipaddress
 
 from msgen.checks.facts import Facts
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error
+from msgen.estimate.devices import DEVICES
 from msgen.ir.models import Spec
 
 PER_NODE = (1, 2, 4, 8)
 PORT_LIMIT = 65535
-
-# The device catalogue's names. msgen/estimate/devices.py holds the catalogue
-# itself (memory, FLOPs, links); this list must name the same entries.
-DEVICE_NAMES = ("ascend910b", "ascend910b3", "ascend910b4", "ascend910a", "a100_80g", "h100_80g")
-
-
-def device_names() -> tuple[str, ...]:
-    """The catalogue's device names: the estimate's catalogue when it is there
-    (`msgen.estimate.devices.DEVICES`, keyed by name), else DEVICE_NAMES."""
-    try:
-        from msgen.estimate.devices import DEVICES
-    except ImportError:
-        return DEVICE_NAMES
-    names = tuple(DEVICES)
-    return names if names and all(isinstance(n, str) for n in names) else DEVICE_NAMES
+MAX_STAGES = 1024  # pipeline depths a suggestion may propose
 
 
 def or_list(items) -> str:
@@ -66,13 +53,13 @@ def factorizations(devices: int, spec: Spec, layers: int) -> list[tuple[int, int
     per_node = cluster.per_node if cluster.per_node in PER_NODE else max(PER_NODE)
     heads = [dims[k] for k in ("heads", "kv_heads") if k in dims]
     out = []
-    for tp in range(1, devices + 1):
+    for tp in PER_NODE:  # tp divides per_node, one of these
         if devices % tp or per_node % tp or any(h % tp for h in heads):
             continue
-        for pp in range(1, devices // tp + 1):
-            if (devices // tp) % pp or (layers and pp > layers) or (not layers and pp > 1):
-                continue
-            out.append((devices // tp // pp, tp, pp))
+        # pp divides the rest and is at most the layers (and a sane stage count)
+        for pp in range(1, min(devices // tp, max(1, layers), MAX_STAGES) + 1):
+            if (devices // tp) % pp == 0:
+                out.append((devices // tp // pp, tp, pp))
 
     def distance(f):
         kept = sum(a == b for a, b in zip(f, (mesh.dp, mesh.tp, mesh.pp)))
@@ -91,21 +78,21 @@ def check_mesh(spec: Spec) -> list[Diagnostic]:
     nodes = len(cluster.nodes)
     devices = nodes * cluster.per_node
     if mesh.devices != devices:
-        product = f"dp * tp * pp = {mesh.dp} * {mesh.tp} * {mesh.pp} = {mesh.devices}"
         node_word = "node" if nodes == 1 else "nodes"
-        have = f"{nodes} {node_word} x {cluster.per_node} per node = {devices} devices"
-        tries = factorizations(devices, spec, total_layers(spec))[:4]
+        tries = factorizations(devices, spec, total_layers(spec))[:3]
         if devices == 0:
             hint = "list the nodes' addresses in `cluster.nodes`"
         elif tries:
-            options = " or ".join(f"dp = {d}, tp = {t}, pp = {p}" for d, t, p in tries)
+            options = "; or ".join(f"dp = {d}, tp = {t}, pp = {p}" for d, t, p in tries)
             hint = f"dp * tp * pp must equal the {devices} devices: try {options}"
         else:
             hint = f"dp * tp * pp must equal the {devices} devices"
         diags.append(
             error(
                 "MSL301",
-                f"the mesh does not fill the cluster: {product}, but it has {have}",
+                f"the mesh needs dp * tp * pp = {mesh.dp} * {mesh.tp} * {mesh.pp} = "
+                f"{mesh.devices} devices, but the cluster has {nodes} {node_word} x "
+                f"{cluster.per_node} = {devices}",
                 head_span(spec.block_spans.get("mesh", mesh.span), "mesh"),
                 hint,
             )
@@ -199,27 +186,34 @@ def check_device_ips(spec: Spec) -> list[Diagnostic]:
     for n, node_list in enumerate(ips):
         spans = cluster.device_ip_spans[n] if n < len(cluster.device_ip_spans) else ()
         file = cluster.device_ip_files[n] if n < len(cluster.device_ip_files) else None
-        where_node = f"node {n}"
-        if n < nodes:
-            where_node += f" (`{cluster.nodes[n]}`)"
+        server = f" `{cluster.nodes[n]}`" if n < nodes else ""
         if len(node_list) != cluster.per_node and cluster.per_node in PER_NODE:
-            span = spans[0] if file is not None and spans else whole
-            if file is None and n < len(cluster.device_ip_spans) and spans:
-                span = spans[0].to(spans[-1])
-            source = f"`{file}` lists" if file else "the list has"
+            if file is not None and spans:
+                span, source = spans[0], f"`{file}` lists"
+            elif spans:
+                span, source = spans[0].to(spans[-1]), "the list has"
+            else:
+                span, source = whole, "the list has"
+            hint = "give exactly one device IP per device used on the node, device 0 first"
+            if file is not None and len(node_list) > cluster.per_node:
+                hint = (
+                    f"an hccn.conf lists every NPU of the server; with per_node = "
+                    f"{cluster.per_node}, write the used devices' IPs as a list, device 0 first"
+                )
             diags.append(
                 error(
                     "MSL308",
-                    f"{source} {len(node_list)} device IPs for {where_node}, but per_node = "
+                    f"{source} {len(node_list)} device IPs for node {n}{server}, but per_node = "
                     f"{cluster.per_node}",
                     span,
-                    "give exactly one device IP per device used on the node, device 0 first",
+                    hint,
                 )
             )
+        repeated: list[tuple[int, str, tuple[int, int]]] = []
         for d, ip in enumerate(node_list):
             span = spans[d] if d < len(spans) else whole
             what = f"`{file}` address_{d}" if file else "device IP"
-            where = f"{where_node}, device {d}"
+            where = f"node {n}{server}, device {d}"
             problem = ipv4_problem(ip)
             if problem is not None:
                 diags.append(
@@ -243,24 +237,30 @@ def check_device_ips(spec: Spec) -> list[Diagnostic]:
                     )
                 )
             elif key in seen:
-                first_node, first_dev = seen[key]
-                diags.append(
-                    error(
-                        "MSL307",
-                        f"{what} `{ip}` ({where}) is already used by node {first_node}, "
-                        f"device {first_dev}",
-                        span,
-                        "every device IP in the cluster is distinct",
-                    )
-                )
+                repeated.append((d, ip, seen[key]))
             else:
                 seen[key] = (n, d)
+        if repeated:
+            d, ip, (first_node, first_dev) = repeated[0]
+            what = f"`{file}` address_{d}" if file else "device IP"
+            more = len(repeated) - 1
+            also = f"; {more} more of this node's device IPs repeat earlier ones" if more else ""
+            diags.append(
+                error(
+                    "MSL307",
+                    f"{what} `{ip}` (node {n}{server}, device {d}) is already used by node "
+                    f"{first_node}, device {first_dev}{also}",
+                    spans[d] if d < len(spans) else whole,
+                    "every device IP in the cluster is distinct: each node has its own "
+                    "hccn.conf",
+                )
+            )
     return diags
 
 
 def check_device(spec: Spec) -> list[Diagnostic]:
     cluster = spec.cluster
-    names = device_names()
+    names = tuple(DEVICES)
     if cluster.device in names:
         return []
     span = cluster.spans.get("device", cluster.span)

@@ -45,7 +45,11 @@ def name_span(call: Call) -> Span:
 
 
 def fmt_num(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    """A number as a spec would write it: 0.001, 1e-08, 1.0, 4."""
+    if not isinstance(v, float):
+        return str(v)
+    text = f"{v:g}"
+    return text if any(c in text for c in ".einf") else text + ".0"
 
 
 def total_layers(spec: Spec) -> int:
@@ -349,12 +353,17 @@ def parameter_paths(facts: Facts, spec: Spec):
 
 def sample_indices(count: int, pattern: str) -> list[int]:
     """Copy indices standing for all `count` copies when matching `pattern`: the
-    first ones, the last, the numbers the pattern spells and powers of ten."""
+    first ones, the last, powers of ten, and each number the pattern spells with
+    the ends of the ranges it starts (`12?` and `12*` may mean 120..129, 1200..1299)."""
     picks = set(range(min(count, 64))) | {count - 1}
-    picks |= {int(d) for d in re.findall(r"\d+", pattern) if int(d) < count}
-    for k in range(1, len(str(count)) + 1):
-        picks |= {n for n in (10**k - 1, 10**k, 2 * 10**k - 1) if n < count}
-    return sorted(picks)
+    digits = len(str(count))
+    for k in range(1, digits + 1):
+        picks |= {10**k - 1, 10**k, 2 * 10**k - 1}
+    for run in re.findall(r"\d+", pattern):
+        n = int(run)
+        for k in range(0, digits - len(run) + 1):
+            picks |= {n * 10**k, n * 10**k + 10**k - 1}
+    return sorted(i for i in picks if i < count)
 
 
 def matches_any(pattern: str, paths) -> bool:

@@ -22,10 +22,17 @@ UNIT_BYTES = {
 class Evaluator:
     """Evaluates expressions over `env`; problems go to `diags`, the value is None."""
 
-    def __init__(self, env: dict[str, int], diags: list[Diagnostic], later: set[str] = frozenset()):
+    def __init__(
+        self,
+        env: dict[str, int],
+        diags: list[Diagnostic],
+        later: set[str] = frozenset(),
+        failed: set[str] = frozenset(),
+    ):
         self.env = env
         self.diags = diags
         self.later = later  # names defined further down: "used before definition"
+        self.failed = failed  # dims whose own definition was reported: stay quiet
 
     def number(self, expr: ast.Expr) -> int | float | None:
         match expr:
@@ -36,6 +43,8 @@ class Evaluator:
             case ast.Name(name=name):
                 if name in self.env:
                     return self.env[name]
+                if name in self.failed:
+                    return None
                 if name in self.later:
                     self.diags.append(
                         error(

@@ -54,6 +54,7 @@ class Lowering:
         self.base_dir = base_dir
         self.diags: list[Diagnostic] = []
         self.sources: list[bytes] = []  # files the spec reads: part of its hash
+        self.failed_dims: set[str] = set()  # model dims already reported as invalid
 
     # helpers ---------------------------------------------------------------
 
@@ -210,7 +211,7 @@ class Lowering:
 
         model = self.lower_model(blocks["model"])
         mesh = self.lower_mesh(blocks["mesh"])
-        ev = Evaluator(dict(model.dims), self.diags)
+        ev = Evaluator(dict(model.dims), self.diags, failed=self.failed_dims)
         train = self.lower_train(blocks["train"], ev)
         shape_env = dict(model.dims)
         shape_env["batch"] = train.micro_batch * mesh.dp
@@ -267,11 +268,14 @@ class Lowering:
                 )
                 continue
             later = {s.target.name for s in assigns[i + 1 :]}
-            value = Evaluator(dims, self.diags, later).dim(stmt.value, key)
+            value = Evaluator(dims, self.diags, later, self.failed_dims).dim(stmt.value, key)
             if value is not None:
                 dims[key] = value
+            else:
+                self.failed_dims.add(key)
         for key in MODEL_REQUIRED:
             if key not in spans:
+                self.failed_dims.add(key)  # reported here, not again at each use
                 self.err(
                     "MSL105",
                     f"`model` needs `{key}`",
@@ -624,7 +628,7 @@ class Lowering:
         return None
 
     def lower_graph(self, block: ast.Block, env: dict[str, int], name: str) -> ir.Graph:
-        ev = Evaluator(env, self.diags)
+        ev = Evaluator(env, self.diags, failed=self.failed_dims)
         decl: ir.TensorDecl | None = None
         ops: list[ir.OpNode] = []
         output: str | None = None

@@ -16,7 +16,7 @@ Split = tuple[tuple[str, ...], ...]
 
 
 class Node(BaseModel):
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     span: Span
 
@@ -161,7 +161,7 @@ class Budget(Block):
 class Spec(BaseModel):
     """The whole resolved spec."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     file: str
     sha256: str
