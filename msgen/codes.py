@@ -144,6 +144,14 @@ CODES: dict[str, tuple[str, str]] = {
         "A layer block that no `repeat` in the network uses. It is checked but generates "
         "nothing.",
     ),
+    "MSL125": (
+        "reserved name",
+        "An op, tensor, layer or model name that the generated code cannot use: a Python "
+        "keyword, a name starting with `_`, an attribute of MindSpore's nn.Cell (`training`, "
+        "`cells`, ...), a name the generated module uses (`labels`, `ops`, `nn`, ...), or a "
+        "layer or model whose class name (`linear` -> `Linear`) is a generated helper class "
+        "or another layer's class.",
+    ),
     # sharding
     "MSL201": (
         "split does not divide",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from msgen.checks.facts import Facts
+from msgen.checks.reserved import camel, class_clash, reserved_reason
 from msgen.diagnostics import Diagnostic, did_you_mean, error, warning
 from msgen.ir.models import Graph, Spec
 
@@ -101,8 +102,34 @@ def check_graph(graph: Graph, spec: Spec, is_network: bool) -> list[Diagnostic]:
     return diags
 
 
+def reserved(spec: Spec) -> list[Diagnostic]:
+    """Names the generated code cannot carry (see msgen/checks/reserved.py)."""
+    diags = []
+    hint = "rename it; the generated cells use this name for something else"
+    for graph in [*spec.layers.values(), spec.network]:
+        named = [(graph.input.name, graph.input.span)] if graph.input else []
+        named += [(op.name, op.span) for op in graph.ops if op.name != "output"]
+        for name, span in named:
+            why = reserved_reason(name)
+            if why:
+                diags.append(error("MSL125", f"`{name}` cannot name a tensor: {why}", span, hint))
+    classes = {camel(spec.model.name): spec.model.name}
+    for name, graph in spec.layers.items():
+        why = class_clash(name)
+        if why is None and camel(name) in classes:
+            why = f"its class `{camel(name)}` is also the class of `{classes[camel(name)]}`"
+        if why:
+            diags.append(error("MSL125", f"`{name}` cannot name a layer: {why}", graph.span, hint))
+        classes.setdefault(camel(name), name)
+    why = class_clash(spec.model.name)
+    if why:
+        span = spec.model.span
+        diags.append(error("MSL125", f"`{spec.model.name}` cannot name the model: {why}", span))
+    return diags
+
+
 def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
-    diags: list[Diagnostic] = []
+    diags: list[Diagnostic] = reserved(spec)
     for graph in spec.layers.values():
         diags += check_graph(graph, spec, is_network=False)
     diags += check_graph(spec.network, spec, is_network=True)

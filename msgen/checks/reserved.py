@@ -1,0 +1,69 @@
+"""Names the generated code cannot use for ops, tensors, layers or the model.
+
+Op names become attributes of an nn.Cell and locals of its construct, and layer
+and model names become class names, so they must not shadow what the cells and
+the module already use.
+"""
+
+from __future__ import annotations
+
+import keyword
+
+# Public attributes of mindspore.nn.Cell (2.10); an op by one of these names
+# would replace a method or flag of the cell.
+CELL_ATTRIBUTES = frozenset("""
+IGNORE_LIST T_destination add_flags add_flags_recursive apply arguments_key bprop_debug
+buffers cast_inputs cell_init_args cell_type cells cells_and_names check_names
+check_names_and_refresh_name cls_name compile compile_and_run compile_cache compile_phase
+compiled construct create_time enable_backward_hook exist_names exist_objs extend_repr
+generate_scope get_buffer get_extra_state get_flags get_func_graph_proto get_inputs
+get_mixed_precision_type get_parameters get_scope get_sub_cell global_cells grad_ops_label
+has_bprop init_parameters_data insert_child_to_cell insert_param_to_cell is_top_cell
+jit_config_dict load_state_dict mixed_precision_type name_cells named_buffers offload
+parallel_parameter_merge_net_dict parallel_parameter_name_list param_prefix
+parameter_layout_dict parameters_and_names parameters_broadcast_dict parameters_dict phase
+phase_cache pipeline_segment pipeline_stage recompute register_backward_hook
+register_backward_pre_hook register_buffer register_forward_hook register_forward_pre_hook
+register_load_state_dict_post_hook register_load_state_dict_pre_hook
+register_parameter_forward_hook register_saved_tensors_hooks register_state_dict_post_hook
+register_state_dict_pre_hook remove_redundant_parameters requires_grad run_construct
+set_boost set_broadcast_flag set_comm_fusion set_data_parallel set_extra_state set_grad
+set_inputs set_jit_config set_mixed_precision_type set_train shard state_dict to to_empty
+to_float total_instance_count trainable_params training untrainable_params
+update_cell_prefix update_cell_type update_parameters_name
+""".split())
+
+# Module-level names of the generated model.py, and construct's own arguments.
+MODULE_NAMES = frozenset("""
+self labels np nn ops ms mstype Parameter Tensor Normal initializer weight ones zeros
+rope_tables parameters COMPUTE_DTYPE PARAM_DTYPE COMM_FUSION
+""".split())
+
+# Classes the generated model.py defines besides one per layer and the network.
+HELPER_CLASSES = frozenset(
+    "Apply Embedding Positions Linear TiedLinear LayerNorm RMSNorm Gelu SwiGLU Attention "
+    "CrossEntropy".split()
+)
+
+
+def camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def reserved_reason(name: str) -> str | None:
+    """Why `name` cannot name an op or tensor, or None when it can."""
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return "it is a Python keyword"
+    if name.startswith("_"):
+        return "names starting with `_` are kept for the generated code"
+    if name in CELL_ATTRIBUTES:
+        return "it is an attribute of MindSpore's nn.Cell"
+    if name in MODULE_NAMES:
+        return "the generated code already uses it"
+    return None
+
+
+def class_clash(name: str) -> str | None:
+    if camel(name) in HELPER_CLASSES:
+        return f"its class `{camel(name)}` is one of the generated helper classes"
+    return reserved_reason(name)
