@@ -128,7 +128,9 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
         elif kind == "repeat":
             out = ins[0]
             for i in range(args["count"]):
-                out = run_graph(plan, args["layer"], out, params, f"{args['layer']}.{i}.", None, ctx)
+                out = run_graph(
+                    plan, args["layer"], out, params, f"{args['layer']}.{i}.", None, ctx
+                )
         else:
             raise NotImplementedError(kind)
         values[name] = out

@@ -539,13 +539,18 @@ class Lowering:
             elif (
                 isinstance(v, ast.Call)
                 and v.func.name == "select"
+                and v.args
                 and not v.kwargs
                 and all(isinstance(a, ast.Name) for a in v.args)
             ):
                 ops = tuple(ir.TensorRef(span=a.span, name=a.name) for a in v.args)
                 out[layer] = ir.Recompute(span=stmt.span, layer=layer, mode="select", ops=ops)
             else:
-                self.err("MSL509", "recompute is `full`, `none` or `select(op, ...)`", v.span)
+                self.err(
+                    "MSL509",
+                    "recompute is `full`, `none` or `select(op, ...)` naming at least one op",
+                    v.span,
+                )
         return out
 
     def lower_fusion(self, block: ast.Block | None, ev: Evaluator) -> tuple[ir.FusionGroup, ...]:
@@ -833,6 +838,14 @@ class Lowering:
                     return None
                 args[arg.name] = float(v)
         out, params = self.annots(annots, opdef)
+        if args.get("tie") and params:
+            self.err(
+                "MSL209",
+                f"`{name}` is tied to `{args['tie']}` and owns no parameters",
+                next(iter(params.values())).span,
+                f"split the table where `{args['tie']}` defines it",
+            )
+            return None
         return ir.OpNode(
             span=span,
             name=name,
