@@ -1,71 +1,54 @@
-"""The generated model.py and train.py, run on real MindSpore (CPU).
+"""The compiled specs' train.py, run on real MindSpore (CPU): loss falls, resume continues.
 
-Two fixtures train stand-alone on the synthetic set in subprocesses (the two
-models side by side, then both resumed), which takes most of this module's time:
-GRAPH_MODE compiles a step in ~12 s on a small CPU. A per-test compile cache lets
-the resumed runs skip most of theirs.
+One module fixture trains the three tiny specs stand-alone side by side in
+subprocesses (tiny and tiny_llama on the synthetic set, tiny_mixed on a small
+MindRecord file), then resumes all three from their checkpoints. That takes most
+of this module's time: GRAPH_MODE compiles a step in ~12-16 s per process on a
+small CPU; a per-folder compile cache lets the resumed runs skip most of theirs.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib.util
+import math
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from msgen.emit.render import render_model, render_train
-from tests import emit_fixtures
+from tests.emit_fixtures import BIG, TINY, compiled, copy_compiled, load, network_class, plan_json
 
-FIXTURES = {
-    "tiny_gpt": emit_fixtures.tiny_gpt,
-    "tiny_llama": emit_fixtures.tiny_llama,
-    "tiny_mixed": emit_fixtures.tiny_mixed,
-}
-TRAINED = ("tiny_gpt", "tiny_llama")  # tiny_mixed trains too, but its compile would add ~15 s
-FIRST_STEPS, RESUMED_STEPS = 16, 20
+FIRST_STEPS, RESUMED_STEPS = 40, 50
+DATA_ROWS = 16  # tiny_mixed's MindRecord file: few enough sequences to memorise
+SYNTHETIC = {"tiny": True, "tiny_llama": True, "tiny_mixed": False}
 
 
-def write(ctx, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.py").write_text(render_model(ctx))
-    (folder / "train.py").write_text(render_train(ctx))
-    return folder
+def write_mindrecord(path: Path, rows: np.ndarray) -> None:
+    from mindspore.mindrecord import FileWriter
+
+    writer = FileWriter(str(path), shard_num=1)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
+    writer.write_raw_data([{"input_ids": r} for r in rows])
+    writer.commit()
 
 
-def load(folder: Path, module: str):
-    """Import folder/<module>.py as a fresh module; train.py finds its own model.py."""
-    sys.modules.pop("model", None)
-    sys.path.insert(0, str(folder))
-    try:
-        spec = importlib.util.spec_from_file_location(
-            f"{folder.name}_{module}", folder / f"{module}.py"
-        )
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop("model", None)
-    return loaded
-
-
-def log_rows(folder: Path) -> list[dict[str, str]]:
-    with (folder / "output" / "rank_0" / "log.csv").open() as f:
+def log_rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
         return list(csv.DictReader(f))
 
 
-def run_all(folders: dict[str, Path], *extra: str) -> None:
-    """Run train.py in every folder at once (one process each) and wait for all."""
+def run_all(folders: dict[str, Path], tag: str, *extra: str) -> None:
+    """Run train.py in every folder at once (one process each) and wait for all;
+    each one's output goes to <folder>/<tag>.out."""
     env = {**os.environ, "MS_COMPILER_CACHE_ENABLE": "1", "GLOG_v": "3"}
     procs = {}
     for name, folder in folders.items():
         env_one = {**env, "MS_COMPILER_CACHE_PATH": str(folder / "cache")}
-        cmd = [sys.executable, "train.py", "--standalone", "--synthetic", *extra]
+        data = ["--synthetic"] if SYNTHETIC[name] else []
+        cmd = [sys.executable, "train.py", "--standalone", *data, *extra]
         procs[name] = subprocess.Popen(
             cmd,
             cwd=folder,
@@ -75,43 +58,135 @@ def run_all(folders: dict[str, Path], *extra: str) -> None:
             text=True,
         )
     for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=600)
+        out, _ = proc.communicate(timeout=900)
+        (folders[name] / f"{tag}.out").write_text(out)
         assert proc.returncode == 0, f"{name}: train.py {' '.join(extra)} failed:\n{out[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict[str, Path]:
-    """Both models trained FIRST_STEPS steps, then resumed to RESUMED_STEPS."""
+    """The tiny specs trained FIRST_STEPS steps, then resumed to RESUMED_STEPS."""
     root = tmp_path_factory.mktemp("trained")
-    folders = {name: write(FIXTURES[name](), root / name) for name in TRAINED}
-    run_all(folders, "--steps", str(FIRST_STEPS))
+    folders = {name: copy_compiled(name, root / name) for name in TINY}
+    train = load(folders["tiny_mixed"], "train")
+    rng = np.random.default_rng(7)
+    write_mindrecord(
+        folders["tiny_mixed"] / "train.mindrecord",
+        rng.integers(0, train.VOCAB, (DATA_ROWS, train.SEQ + 1), np.int32),
+    )
+    run_all(folders, "first", "--steps", str(FIRST_STEPS))
     for folder in folders.values():
         log = folder / "output" / "rank_0" / "log.csv"
         (folder / "first_run_log.csv").write_text(log.read_text())
         # As if the run had gone on past its last checkpoint before dying.
         with log.open("a") as f:
             f.write(f"{FIRST_STEPS + 1},9,9,9,9,9,9,9\n")
-    run_all(folders, "--steps", str(RESUMED_STEPS), "--resume")
+    run_all(folders, "resumed", "--steps", str(RESUMED_STEPS), "--resume")
     return folders
 
 
-def test_render_is_deterministic_and_headed():
-    for make in FIXTURES.values():
-        ctx = make()
-        for render in (render_model, render_train):
-            text = render(ctx)
-            assert text == render(make())
-            assert text.splitlines()[:2] == [
-                f"# Code generated by msgen from {ctx.spec_path}. DO NOT EDIT.",
-                f"# @generated spec-sha256={ctx.spec_sha256}",
-            ]
-            compile(text, "generated.py", "exec")
+def schedule_lr(train, step: int) -> float:
+    """The learning rate train.py's WarmupCosine gives at optimizer step `step` (from 0)."""
+    if step < train.WARMUP:
+        return train.LR * (step + 1) / max(train.WARMUP, 1)
+    progress = min(max((step - train.WARMUP) / max(train.STEPS - train.WARMUP, 1), 0.0), 1.0)
+    return train.MIN_LR + 0.5 * (train.LR - train.MIN_LR) * (1 + math.cos(progress * math.pi))
 
 
-def test_generated_code_is_ruff_clean(tmp_path):
-    for name, make in FIXTURES.items():
-        write(make(), tmp_path / name)
+@pytest.mark.parametrize("name", TINY)
+def test_loss_falls(trained, name):
+    first = log_rows(trained[name] / "first_run_log.csv")
+    assert [int(r["step"]) for r in first] == list(range(1, FIRST_STEPS + 1))
+    losses = [float(r["loss"]) for r in first]
+    assert abs(losses[0] - np.log(256)) < 0.1  # uniform over the vocabulary at init
+    assert np.mean(losses[-3:]) < 0.85 * losses[0], losses
+    assert all(np.isfinite(losses))
+    final = [float(r["loss"]) for r in log_rows(trained[name] / "output" / "rank_0" / "log.csv")]
+    assert np.mean(final[-3:]) < 0.8 * losses[0], final
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_resume_continues_from_the_saved_step(trained, name):
+    folder = trained[name]
+    train = load(folder, "train")
+    assert f"steps {FIRST_STEPS} -> {RESUMED_STEPS}" in (folder / "resumed.out").read_text()
+    first = log_rows(folder / "first_run_log.csv")
+    rows = log_rows(folder / "output" / "rank_0" / "log.csv")
+    assert [int(r["step"]) for r in rows] == list(range(1, RESUMED_STEPS + 1))
+    assert rows[:FIRST_STEPS] == first  # the log is cut back to the checkpoint, then goes on
+    resumed = [float(r["loss"]) for r in rows[FIRST_STEPS:]]
+    # From the trained weights, not from scratch (about log(256) = 5.55 at init) ...
+    assert resumed[0] < float(first[-1]["loss"]) + 0.3
+    # ... and at the schedule position: the first resumed step runs at step FIRST_STEPS's lr.
+    for row in rows:
+        assert float(row["lr"]) == pytest.approx(schedule_lr(train, int(row["step"]) - 1), 1e-5)
+    scale = getattr(train, "LOSS_SCALE", 1.0)
+    assert all(float(r["loss_scale"]) == scale for r in rows)
+    assert all(float(r["grad_norm"]) > 0 and float(r["tokens_per_s"]) > 0 for r in rows)
+    ckpts = sorted(p.name for p in (folder / "output" / "rank_0").glob("*.ckpt"))
+    assert ckpts == [f"step_{FIRST_STEPS:08d}.ckpt", f"step_{RESUMED_STEPS:08d}.ckpt"]
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_restore_loads_what_was_saved(trained, name):
+    import mindspore as ms
+
+    folder = trained[name]
+    train = load(folder, "train")
+    network = network_class(load(folder, "model"), plan_json(name))()
+    optimizer = ms.nn.AdamWeightDecay(train.parameter_groups(network), train.WarmupCosine())
+    extra = ()
+    if hasattr(train, "LOSS_SCALE"):
+        extra = (ms.amp.DynamicLossScaler(train.LOSS_SCALE, 2, train.LOSS_SCALE_WINDOW),)
+    state = train.state_parameters(network, optimizer, *extra)
+    before = {k: p.asnumpy().copy() for k, p in state.items()}
+    checkpoints = folder / "output" / "rank_0"
+    step = train.restore(checkpoints, state)
+    assert step == RESUMED_STEPS
+    saved = ms.load_checkpoint(str(checkpoints / f"step_{RESUMED_STEPS:08d}.ckpt"))
+    for key, p in state.items():
+        np.testing.assert_array_equal(p.asnumpy(), saved[key].asnumpy(), err_msg=key)
+    assert int(optimizer.global_step.asnumpy()[0]) == RESUMED_STEPS  # schedule position
+    assert any(key.startswith("adam_m.") for key in state)
+    trained_weights = [k for k, p in network.parameters_and_names()]
+    assert trained_weights and all(
+        not np.array_equal(before[k], state[k].asnumpy()) for k in trained_weights
+    )
+    if extra:
+        assert {"loss_scale.value", "loss_scale.counter"} <= set(state)
+
+
+def test_mindrecord_batches_resume_where_they_left(tmp_path):
+    train = load(compiled("tiny_mixed"), "train")
+    data = tmp_path / "train.mindrecord"
+    rows = np.arange(40 * (train.SEQ + 1), dtype=np.int32).reshape(40, train.SEQ + 1) % train.VOCAB
+    write_mindrecord(data, rows)
+    train.DATA = str(data)
+
+    def take(shard, start, n):
+        batches = train.mindrecord_batches(2, shard, start)
+        return [next(batches) for _ in range(n)]
+
+    import mindspore.dataset as ds
+
+    per_step = train.STEP_ROWS // 2
+    ds.config.set_seed(train.SEED)
+    whole = take(0, 0, 7)  # past one epoch: 20 rows per shard
+    ds.config.set_seed(train.SEED)
+    later = take(0, 3, 4)
+    for (tokens, labels), (t2, l2) in zip(whole[3:], later, strict=True):
+        np.testing.assert_array_equal(tokens, t2)
+        np.testing.assert_array_equal(labels, l2)
+    tokens, labels = whole[0]
+    assert tokens.shape == labels.shape == (per_step, train.SEQ)
+    np.testing.assert_array_equal(tokens[:, 1:], labels[:, :-1])  # labels are the next tokens
+    other = take(1, 0, 5)  # the other data-parallel shard reads other sequences
+    assert not {tuple(r) for t, _ in whole[:5] for r in t} & {tuple(r) for t, _ in other for r in t}
+
+
+def test_generated_code_is_ruff_clean():
     ruff = Path(sys.executable).with_name("ruff")
+    folders = [compiled(name) for name in (*TINY, *BIG)]
     result = subprocess.run(
         [
             str(ruff),
@@ -121,165 +196,9 @@ def test_generated_code_is_ruff_clean(tmp_path):
             "E,W,F,I,B",
             "--ignore",
             "E501",
-            str(tmp_path),
+            *map(str, folders),
         ],
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stdout
-
-
-@pytest.mark.parametrize("name", sorted(FIXTURES))
-def test_parameters_are_the_context_paths(tmp_path, name):
-    ctx = FIXTURES[name]()
-    model = load(write(ctx, tmp_path), "model")
-    network = getattr(model, ctx.class_name)()
-    got = [(p.name, tuple(p.shape)) for p in network.get_parameters()]
-    assert got == list(ctx.parameters())
-    if ctx.fusion:
-        fusion = {p.name: p.comm_fusion for p in network.get_parameters()}
-        assert {path: fusion[path] for path, _ in ctx.fusion} == dict(ctx.fusion)
-
-
-@pytest.mark.parametrize("name", TRAINED)
-def test_loss_falls_and_resume_continues(trained, name):
-    folder = trained[name]
-    first = list(csv.DictReader((folder / "first_run_log.csv").open()))
-    assert [int(r["step"]) for r in first] == list(range(1, FIRST_STEPS + 1))
-    losses = [float(r["loss"]) for r in first]
-    assert abs(losses[0] - np.log(256)) < 0.1  # uniform over the vocabulary at init
-    assert np.mean(losses[-3:]) < 0.85 * losses[0], losses
-
-    rows = log_rows(folder)
-    assert [int(r["step"]) for r in rows] == list(range(1, RESUMED_STEPS + 1))
-    resumed = [float(r["loss"]) for r in rows[FIRST_STEPS:]]
-    # It goes on from the trained weights (and learning rate), not from scratch.
-    assert resumed[0] < losses[-1] + 0.3
-    assert float(rows[FIRST_STEPS]["lr"]) < float(rows[FIRST_STEPS - 1]["lr"])
-    assert all(float(r["grad_norm"]) > 0 and float(r["tokens_per_s"]) > 0 for r in rows)
-    ckpts = sorted(p.name for p in (folder / "output" / "rank_0").glob("*.ckpt"))
-    assert ckpts == ["step_00000016.ckpt", "step_00000020.ckpt"]  # keep 2
-
-
-def test_restore_loads_what_was_saved(trained):
-    import mindspore as ms
-
-    folder = trained["tiny_gpt"]
-    train = load(folder, "train")
-    network = train.TinyGpt()
-    optimizer = ms.nn.AdamWeightDecay(train.parameter_groups(network), train.WarmupCosine())
-    scaler = ms.amp.DynamicLossScaler(train.LOSS_SCALE, 2, train.LOSS_SCALE_WINDOW)
-    state = train.state_parameters(network, optimizer, scaler)
-    step = train.restore(folder / "output" / "rank_0", state)
-    assert step == RESUMED_STEPS
-    saved = ms.load_checkpoint(str(folder / "output" / "rank_0" / "step_00000020.ckpt"))
-    for name, p in state.items():
-        np.testing.assert_array_equal(p.asnumpy(), saved[name].asnumpy(), err_msg=name)
-    assert int(optimizer.global_step.asnumpy()[0]) == RESUMED_STEPS  # schedule position
-    assert any(name.startswith("adam_m.") for name in state)
-
-
-def test_mindrecord_batches_resume_where_they_left(tmp_path):
-    from mindspore.mindrecord import FileWriter
-
-    ctx = emit_fixtures.tiny_gpt()
-    data = tmp_path / "train.mindrecord"
-    writer = FileWriter(str(data), shard_num=1)
-    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
-    rows = np.arange(40 * (ctx.seq + 1), dtype=np.int32).reshape(40, ctx.seq + 1) % ctx.vocab
-    writer.write_raw_data([{"input_ids": r} for r in rows])
-    writer.commit()
-    ctx = replace(ctx, train=replace(ctx.train, data=str(data)))
-    train = load(write(ctx, tmp_path / "gen"), "train")
-
-    def take(shard, start, n):
-        batches = train.mindrecord_batches(2, shard, start)
-        return [next(batches) for _ in range(n)]
-
-    import mindspore.dataset as ds
-
-    ds.config.set_seed(train.SEED)
-    whole = take(0, 0, 7)  # past one epoch: 20 rows per shard, 4 per step
-    ds.config.set_seed(train.SEED)
-    later = take(0, 3, 4)
-    for (tokens, labels), (t2, l2) in zip(whole[3:], later, strict=True):
-        np.testing.assert_array_equal(tokens, t2)
-        np.testing.assert_array_equal(labels, l2)
-    tokens, labels = whole[0]
-    assert tokens.shape == labels.shape == (4, ctx.seq)
-    np.testing.assert_array_equal(tokens[:, 1:], labels[:, :-1])  # labels are the next tokens
-    other = take(1, 0, 5)  # the other data-parallel shard reads other sequences
-    assert not {tuple(r) for t, _ in whole[:5] for r in t} & {tuple(r) for t, _ in other for r in t}
-
-
-def reference_loss(ctx, params: dict, tokens, labels) -> float:
-    """The loss by tests/reference_numpy.py's ops, walking the context (dropout off)."""
-    from tests import reference_numpy as ref
-
-    def run(ops, values, prefix):
-        for op in ops:
-            ins = [values[i] if isinstance(i, str) else i for i in op.inputs]
-
-            def param(name, op=op):
-                return params[f"{prefix}{op.name}.{name}"]
-
-            if op.kind == "repeat":
-                layer = ctx.layer(op.layer)
-                out = ins[0]
-                for copy in range(op.count):
-                    out = run(layer.ops, {layer.input: out}, f"{layer.name}.{copy}.")[layer.output]
-            elif op.kind == "embedding":
-                out = param("table")[ins[0]]
-            elif op.kind == "positions":
-                out = param("table")
-            elif op.kind == "linear" and op.tie:
-                out = ins[0] @ params[f"{op.tie}.table"].T
-            elif op.kind == "linear":
-                out = ins[0] @ param("weight") + (param("bias") if op.bias else 0)
-            elif op.kind == "attention":
-                out = ref.attention(ins[0], op.heads, op.kv_heads, op.head_dim, op.causal, op.rope)
-            elif op.kind == "layernorm":
-                out = ref.layernorm(ins[0], param("gamma"), param("beta"), op.eps)
-            elif op.kind == "rmsnorm":
-                out = ref.rmsnorm(ins[0], param("gamma"), op.eps)
-            elif op.kind == "gelu":
-                out = ref.gelu(ins[0], op.approximate)
-            elif op.kind == "silu":
-                out = ref.silu(ins[0])
-            elif op.kind == "swiglu":
-                gate, up = np.split(ins[0], 2, axis=-1)
-                out = ref.silu(gate) * up
-            elif op.kind == "dropout":
-                out = ins[0]
-            elif op.kind == "add":
-                out = ins[0] + ins[1]
-            elif op.kind == "mul":
-                out = ins[0] * ins[1]
-            elif op.kind == "cross_entropy":
-                out = ref.cross_entropy(ins[0], labels)
-            else:
-                raise AssertionError(op.kind)
-            values[op.name] = out
-        return values
-
-    return float(run(ctx.network.ops, {ctx.network.input: tokens}, "")[ctx.network.output])
-
-
-@pytest.mark.parametrize("name", sorted(FIXTURES))
-def test_forward_matches_the_numpy_reference(tmp_path, name):
-    import mindspore as ms
-
-    ctx = FIXTURES[name]()
-    model = load(write(ctx, tmp_path), "model")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    ms.set_seed(0)
-    network = getattr(model, ctx.class_name)()
-    network.set_train(False)
-    rng = np.random.default_rng(0)
-    for p in network.get_parameters():  # large enough that every op moves the loss
-        p.set_data(ms.Tensor(rng.normal(0.0, 0.3, p.shape).astype(np.float32)))
-    ids = rng.integers(0, ctx.vocab, (2, ctx.seq + 1), np.int32)
-    tokens, labels = ids[:, :-1], ids[:, 1:]
-    loss = network(ms.Tensor(tokens), ms.Tensor(labels)).asnumpy()
-    params = {p.name: p.asnumpy().astype(np.float64) for p in network.get_parameters()}
-    np.testing.assert_allclose(loss, reference_loss(ctx, params, tokens, labels), rtol=1e-5)

@@ -9,6 +9,8 @@ the layer. Shard strategies are logical (whole-model) shapes split per mesh axis
 they take effect under semi-auto parallel and are ignored stand-alone.
 """
 
+from functools import cache
+
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common import dtype as mstype
@@ -511,6 +513,11 @@ class Gelu(nn.Cell):
         return self.mul(x, cdf)
 
 
+# The constant tables below are built once and shared by every layer: one copy per
+# layer would cost (layers - 1) times their size, in host and in device memory.
+
+
+@cache
 def rope_tables(seq, head_dim, repeat):
     """cos and sin of rotate-half rope (theta 10000) for `repeat` stacked copies of seq."""
     inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
@@ -520,6 +527,13 @@ def rope_tables(seq, head_dim, repeat):
         Tensor(np.cos(angles), COMPUTE_DTYPE),
         Tensor(np.sin(angles), COMPUTE_DTYPE),
     )
+
+
+@cache
+def causal_mask(seq, repeat):
+    """Additive mask, -1e9 above the diagonal, for `repeat` stacked copies of seq query rows."""
+    mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
+    return Tensor(np.tile(mask, (repeat, 1)))
 
 
 class Attention(nn.Cell):
@@ -557,9 +571,8 @@ class Attention(nn.Cell):
             self.rope_mul = ops.Mul().shard((four, (1, 1)))
             self.rope_add = ops.Add().shard((four, four))
         if causal:
-            # Additive mask for the group_size * seq query rows of a group.
-            mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
-            self.mask = Tensor(np.tile(mask, (self.size, 1)))
+            # For the group_size * seq query rows of a group.
+            self.mask = causal_mask(seq, self.size)
             self.add_mask = ops.Add().shard((four, (1, 1)))
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))

@@ -9,6 +9,8 @@ the layer. Shard strategies are logical (whole-model) shapes split per mesh axis
 they take effect under semi-auto parallel and are ignored stand-alone.
 """
 
+from functools import cache
+
 import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
@@ -92,6 +94,11 @@ class RMSNorm(nn.Cell):
         return self.scale(y, self.cast(self.gamma, COMPUTE_DTYPE))
 
 
+# The constant tables below are built once and shared by every layer: one copy per
+# layer would cost (layers - 1) times their size, in host and in device memory.
+
+
+@cache
 def rope_tables(seq, head_dim, repeat):
     """cos and sin of rotate-half rope (theta 10000) for `repeat` stacked copies of seq."""
     inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
@@ -101,6 +108,19 @@ def rope_tables(seq, head_dim, repeat):
         Tensor(np.cos(angles), COMPUTE_DTYPE),
         Tensor(np.sin(angles), COMPUTE_DTYPE),
     )
+
+
+@cache
+def causal_mask(seq, repeat):
+    """Additive mask, -1e9 above the diagonal, for `repeat` stacked copies of seq query rows."""
+    mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
+    return Tensor(np.tile(mask, (repeat, 1)))
+
+
+@cache
+def flash_mask(seq):
+    """FlashAttentionScore's causal mask: 1 = masked (above the diagonal)."""
+    return Tensor(np.triu(np.ones((seq, seq), np.uint8), 1))
 
 
 class Attention(nn.Cell):
@@ -113,7 +133,9 @@ class Attention(nn.Cell):
     `flash`, FlashAttentionScore computes the same thing without the scores tensor.
     """
 
-    def __init__(self, heads, kv_heads, head_dim, seq, causal, rope, p, scores, flash):
+    def __init__(
+        self, heads, kv_heads, head_dim, seq, causal, rope, p, scores, flash=False
+    ):
         super().__init__()
         dp, tp = scores[0][:2]
         four = (dp, tp, 1, 1)
@@ -129,6 +151,8 @@ class Attention(nn.Cell):
         self.take = ops.StridedSlice().shard((five,))
         self.merge_heads = ops.Transpose().shard((five,))
         self.cast = ops.Cast()
+        # The fused kernel exists on Ascend only; elsewhere the composed path runs.
+        self.flash = flash and ms.get_context("device_target") == "Ascend"
         if rope:
             self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size)
             self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1)
@@ -137,10 +161,9 @@ class Attention(nn.Cell):
             self.concat = ops.Concat(-1).shard((four, four))
             self.rope_mul = ops.Mul().shard((four, (1, 1)))
             self.rope_add = ops.Add().shard((four, four))
-        if causal:
-            # Additive mask for the group_size * seq query rows of a group.
-            mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
-            self.mask = Tensor(np.tile(mask, (self.size, 1)))
+        if causal and not self.flash:
+            # For the group_size * seq query rows of a group.
+            self.mask = causal_mask(seq, self.size)
             self.add_mask = ops.Add().shard((four, (1, 1)))
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
@@ -148,13 +171,8 @@ class Attention(nn.Cell):
         if p > 0:
             self.dropout = ops.Dropout(1.0 - p).shard((four,))
         self.pv = ops.BatchMatMul().shard((four, four))
-        # The fused kernel exists on Ascend only; elsewhere the composed path runs.
-        self.flash = flash and ms.get_context("device_target") == "Ascend"
         if self.flash:
-            # FlashAttentionScore's mask: 1 = masked (above the diagonal).
-            self.flash_mask = (
-                Tensor(np.triu(np.ones((seq, seq), np.uint8), 1)) if causal else None
-            )
+            self.flash_mask = flash_mask(seq) if causal else None
             strategy = (four, four, four)
             if p > 0:
                 self.keep_prob = Tensor(1.0 - p, COMPUTE_DTYPE)

@@ -111,6 +111,8 @@ def reserved(spec: Spec) -> list[Diagnostic]:
         named += [(op.name, op.span) for op in graph.ops if op.name != "output"]
         for name, span in named:
             why = reserved_reason(name)
+            if why is None and graph is spec.network and name in spec.layers:
+                why = "the network keeps the copies of the layer by that name"
             if why:
                 diags.append(error("MSL125", f"`{name}` cannot name a tensor: {why}", span, hint))
     classes = {camel(spec.model.name): spec.model.name}

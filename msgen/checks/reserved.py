@@ -35,8 +35,8 @@ update_cell_prefix update_cell_type update_parameters_name
 
 # Module-level names of the generated model.py, and construct's own arguments.
 MODULE_NAMES = frozenset("""
-self labels np nn ops ms mstype Parameter Tensor Normal initializer weight ones zeros
-rope_tables parameters COMPUTE_DTYPE PARAM_DTYPE COMM_FUSION
+self labels cell np nn ops ms mstype cache Parameter Tensor Normal initializer weight ones
+zeros rope_tables causal_mask flash_mask parameters COMPUTE_DTYPE PARAM_DTYPE COMM_FUSION
 """.split())
 
 # Classes the generated model.py defines besides one per layer and the network.

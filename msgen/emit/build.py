@@ -59,7 +59,9 @@ def strategies(of: OpFacts, ctx: Context) -> tuple[tuple[str, tuple], ...]:
     if kind in ("gelu", "silu", "swiglu", "dropout"):
         return (("x", (factors(ins[0], ctx),)),)
     if kind in ("add", "mul"):
-        return (("x", tuple(factors(s, ctx) for s in ins)),)
+        # A constant operand (always the last input) is a scalar tensor: `()`.
+        const = ((),) if "const" in node.args else ()
+        return (("x", tuple(factors(s, ctx) for s in ins) + const),)
     if kind == "cross_entropy":
         sb, ss, sv = factors(ins[0], ctx)
         return (("logits", ((sb * ss, sv),)),)
