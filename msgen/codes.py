@@ -283,7 +283,8 @@ CODES: dict[str, tuple[str, str]] = {
         "bad pipeline schedule",
         "Schedules: 1f1b, gpipe, interleaved(chunks = N). An interleaved schedule gives each "
         "stage N chunks of equal size, so the repeated layers must be divisible by pp * "
-        "chunks unless `split` is given.",
+        "chunks unless `split` is given; with `split`, each stage's count is divided over "
+        "its N chunks, so every count must be at least N.",
     ),
     "MSL316": (
         "bad master port",
@@ -340,12 +341,18 @@ CODES: dict[str, tuple[str, str]] = {
         "and min_lr default to 0) or constant(warmup).",
     ),
     "MSL507": (
-        "fusion pattern matches nothing (warning)",
+        "fusion group does not do what it says (warning)",
         "A fusion group's pattern matches no parameter, so it does nothing. Patterns are "
         "fnmatch globs, case-sensitive, over parameter paths: the repeated layer, the copy "
         "index, the op and the parameter (`decoder.3.qkv.weight`, `decoder.0.ln1.gamma`), or "
         "a network op and its parameter (`emb.table`, `norm.gamma`). A tied output layer has "
-        "no weight of its own.",
+        "no weight of its own.\n\n"
+        "Or a group is `allgather` or `reducescatter`: MindSpore keeps one fusion id per "
+        "parameter, carried by every collective of that parameter (its gradient AllReduce; "
+        "with zero >= 1 the parallel optimizer's AllGather and ReduceScatter), so the kind "
+        "cannot narrow what the group fuses. With zero = 0 there is no AllGather or "
+        "ReduceScatter of parameters at all: the group fuses gradient AllReduces, like an "
+        "`allreduce` group. Write `allreduce` to say what happens.",
     ),
     "MSL508": (
         "unknown dtype",

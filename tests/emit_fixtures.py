@@ -10,7 +10,9 @@ layer, full recompute, pp = 2) and `tiny_llama` (rmsnorm, GQA, rope, silu * up,
 no biases, selective recompute, pp = 2) from specs/, and tests/specs/tiny_mixed.msl
 for the paths those leave out (pp = 1, flash asked for, attention dropout, swiglu,
 tanh gelu, a constant operand, untied output layer with bias, dynamic loss scale,
-MindRecord data, no device_ips).
+MindRecord data, no device_ips) and tests/specs/tiny_interleaved.msl (the interleaved
+pipeline schedule: 4 layers over pp = 2 stages of 2 chunks; a fixed loss scale; fusion
+ids on network parameters and bucketed layer parameters).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ SPECS = {
     "tiny": ROOT / "specs" / "tiny.msl",
     "tiny_llama": ROOT / "specs" / "tiny_llama.msl",
     "tiny_mixed": ROOT / "tests" / "specs" / "tiny_mixed.msl",
+    "tiny_interleaved": ROOT / "tests" / "specs" / "tiny_interleaved.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }
-TINY = ("tiny", "tiny_llama", "tiny_mixed")  # small enough to run on the CPU
+TINY = ("tiny", "tiny_llama", "tiny_mixed", "tiny_interleaved")  # small enough for the CPU
 BIG = ("gpt7b", "llama13b")  # instantiated without allocating (no_init_parameters)
 
 
@@ -45,13 +48,13 @@ def _scratch() -> Path:
     return folder
 
 
-def compile_spec(spec: Path, out: Path) -> Path:
-    """`msgen compile SPEC -o OUT` in-process; returns OUT/<model name>."""
+def compile_spec(spec: Path, out: Path, *options: str) -> Path:
+    """`msgen compile SPEC -o OUT [OPTIONS]` in-process; returns OUT/<model name>."""
     from msgen.cli import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        status = main(["compile", str(spec), "-o", str(out)])
+        status = main(["compile", str(spec), "-o", str(out), *options])
     assert status == 0, f"msgen compile {spec} exited {status}:\n{err.getvalue()}"
     (folder,) = [p for p in out.iterdir() if p.is_dir() and (p / "plan.json").is_file()]
     return folder

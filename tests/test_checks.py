@@ -240,8 +240,19 @@ def test_schedules(schedule):
 
 
 def test_interleaved_with_split_is_not_checked_for_divisibility():
-    extra = "    schedule = interleaved(chunks = 2)\n    split = [1, 1]\n"
-    assert codes(check(pipe(extra))) == []
+    layers = ("repeat decoder(emb) layers", "repeat decoder(emb) 5")
+    extra = "    schedule = interleaved(chunks = 2)\n    split = [3, 2]\n"
+    assert codes(check(layers, pipe(extra))) == []
+
+
+def test_interleaved_split_gives_every_chunk_a_layer():
+    """With `split`, each stage's layers are divided over its chunks: a stage with
+    fewer layers than chunks would leave a virtual stage empty."""
+    layers = ("repeat decoder(emb) layers", "repeat decoder(emb) 5")
+    extra = "    schedule = interleaved(chunks = 2)\n    split = [4, 1]\n"
+    d = only(check(layers, pipe(extra)), "MSL315")
+    assert "stage 1 gets 1 in split = [4, 1]" in d.message
+    assert d.hint == "give every stage at least 2 layers, or use fewer chunks"
 
 
 def test_interleaved_divisible():

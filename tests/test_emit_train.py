@@ -1,8 +1,8 @@
 """The compiled specs' train.py, run on real MindSpore (CPU): loss falls, resume continues.
 
-One module fixture trains the three tiny specs stand-alone side by side in
-subprocesses (tiny and tiny_llama on the synthetic set, tiny_mixed on a small
-MindRecord file), then resumes all three from their checkpoints. That takes most
+One module fixture trains the four tiny specs stand-alone side by side in
+subprocesses (tiny, tiny_llama and tiny_interleaved on the synthetic set, tiny_mixed
+on a small MindRecord file), then resumes all four from their checkpoints. That takes most
 of this module's time: GRAPH_MODE compiles a step in ~12-16 s per process on a
 small CPU; a per-folder compile cache lets the resumed runs skip most of theirs.
 """
@@ -23,7 +23,7 @@ from tests.emit_fixtures import BIG, TINY, compiled, copy_compiled, load, networ
 
 FIRST_STEPS, RESUMED_STEPS = 40, 50
 DATA_ROWS = 16  # tiny_mixed's MindRecord file: few enough sequences to memorise
-SYNTHETIC = {"tiny": True, "tiny_llama": True, "tiny_mixed": False}
+SYNTHETIC = {"tiny": True, "tiny_llama": True, "tiny_mixed": False, "tiny_interleaved": True}
 
 
 def write_mindrecord(path: Path, rows: np.ndarray) -> None:
@@ -136,7 +136,7 @@ def test_restore_loads_what_was_saved(trained, name):
     network = network_class(load(folder, "model"), plan_json(name))()
     optimizer = ms.nn.AdamWeightDecay(train.parameter_groups(network), train.WarmupCosine())
     extra = ()
-    if hasattr(train, "LOSS_SCALE"):
+    if hasattr(train, "LOSS_SCALE_WINDOW"):  # dynamic; a fixed scale is no state
         extra = (ms.amp.DynamicLossScaler(train.LOSS_SCALE, 2, train.LOSS_SCALE_WINDOW),)
     state = train.state_parameters(network, optimizer, *extra)
     before = {k: p.asnumpy().copy() for k, p in state.items()}
@@ -154,6 +154,22 @@ def test_restore_loads_what_was_saved(trained, name):
     )
     if extra:
         assert {"loss_scale.value", "loss_scale.counter"} <= set(state)
+
+
+def test_a_fixed_loss_scale_scales_the_loss_and_unscales_the_gradients(trained):
+    """tiny_interleaved has `loss_scale = 1024`: train.py backpropagates 1024 * loss and
+    divides the gradients back, so the logged gradient norm is the unscaled one (about
+    1, not about 1000; clipping at 1.0 does not hide it, as the norm is taken before)."""
+    folder = trained["tiny_interleaved"]
+    train = load(folder, "train")
+    assert train.LOSS_SCALE == 1024.0 and not hasattr(train, "LOSS_SCALE_WINDOW")
+    source = (folder / "train.py").read_text()
+    assert "ops.full_like(loss, LOSS_SCALE)" in source
+    assert "1.0 / (LOSS_SCALE * MICRO_BATCHES)" in source
+    rows = log_rows(folder / "first_run_log.csv")
+    assert all(float(r["loss_scale"]) == 1024.0 for r in rows)
+    norms = [float(r["grad_norm"]) for r in rows]
+    assert all(0 < n < 20 for n in norms), norms
 
 
 def test_mindrecord_batches_resume_where_they_left(tmp_path):

@@ -63,12 +63,18 @@ def check_against_plan(network, doc: dict) -> None:
     # Each parameter's gradient fusion group, as plan.json lists it (1: MindSpore's default).
     fusion = {p.name: p.comm_fusion for p in network.get_parameters()}
     assert fusion == {e["path"]: e["fusion_id"] for e in doc["params"]}
-    # Every copy of a repeated layer sits on its stage; network cells with parameters too.
+    # Every copy of a repeated layer sits on its stage (interleaved: and its segment, the
+    # model chunk of that stage); network cells with parameters too.
     cells = dict(network.cells_and_names())
     if doc["mesh"]["pp"] > 1:
         for layer, info in doc["layers"].items():
             stages = [cells[f"{layer}.{i}"].pipeline_stage for i in range(info["count"])]
             assert stages == info["stages"], layer
+            if doc["chunks"] > 1:
+                segments = [cells[f"{layer}.{i}"].pipeline_segment for i in range(info["count"])]
+                assert segments == info["segments"], layer
+            else:
+                assert "segments" not in info
         for e in doc["params"]:
             owner = e["path"].rsplit(".", 1)[0]
             if owner in cells and owner.split(".")[0] not in doc["layers"]:
@@ -93,6 +99,121 @@ def test_big_model_parameters_without_allocating(name):
     for attr in ("mask", "cos_q", "sin_q", "cos_k", "sin_k"):
         found = {id(getattr(cell, attr)) for cell in attention if hasattr(cell, attr)}
         assert len(found) <= 1, attr
+
+
+def test_interleaved_layers_run_on_their_virtual_stages():
+    """tiny_interleaved: 4 layers, pp = 2, interleaved(chunks = 2). Virtual stage v =
+    g // (layers / (pp * chunks)) of copy g runs on stage v % pp as segment v // pp, in
+    plan.json, in the instantiated network, and in what train.py asks MindSpore for."""
+    doc = plan_json("tiny_interleaved")
+    assert (doc["schedule"], doc["chunks"], doc["stage_split"]) == ("interleaved", 2, [2, 2])
+    assert doc["layers"]["block"]["stages"] == [0, 1, 0, 1]
+    assert doc["layers"]["block"]["segments"] == [0, 0, 1, 1]
+    stages = {e["path"]: e["stages"] for e in doc["params"]}
+    assert stages["block.2.qkv.weight"] == [0] and stages["block.3.qkv.weight"] == [1]
+    assert stages["emb.table"] == [0, 1]  # tied: the embedding and the output layer
+    estimate = {s["stage"]: s["layers"] for s in doc["estimate"]["stages"]}
+    assert estimate == {0: 2, 1: 2}
+    network = build("tiny_interleaved", lazy=True)
+    cells = dict(network.cells_and_names())
+    placed = [(cells[f"block.{i}"].pipeline_stage, cells[f"block.{i}"].pipeline_segment)
+              for i in range(4)]  # fmt: skip
+    assert placed == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert (cells["emb"].pipeline_stage, cells["emb"].pipeline_segment) == (0, 0)
+    assert (cells["output"].pipeline_stage, cells["output"].pipeline_segment) == (1, 1)
+    train = (compiled("tiny_interleaved") / "train.py").read_text()
+    assert 'step_cell.pipeline(stages=PP, interleave=True, scheduler="1f1b")' in train
+    for name in ("tiny", "tiny_llama"):  # plain 1F1B elsewhere
+        text = (compiled(name) / "train.py").read_text()
+        assert 'step_cell.pipeline(stages=PP, scheduler="1f1b")' in text
+        assert "pipeline_segment" not in (compiled(name) / "model.py").read_text()
+
+
+def test_interleaved_layers_share_one_graph_on_ascend_only(monkeypatch):
+    """MindSpore's interleaved pipeline needs a layer's copies to share one graph
+    (lazy_inline), which the CPU backend cannot run: the generated layer applies it on
+    Ascend only."""
+    import mindspore as ms
+
+    network = build("tiny_interleaved", lazy=True)
+    assert not any(hasattr(cell, "cell_init_args") for cell in network.block)
+    get_context = ms.get_context
+    monkeypatch.setattr(
+        ms, "get_context", lambda key: "Ascend" if key == "device_target" else get_context(key)
+    )
+    network = build("tiny_interleaved", lazy=True)
+    marks = {cell.cell_init_args for cell in network.block}
+    assert len(marks) == 1 and next(iter(marks)).startswith("lazy_inline_Block")
+    assert "lazy_inline" not in (compiled("tiny") / "model.py").read_text()
+
+
+def pipeline_call(train_py: str) -> dict:
+    """The keyword arguments of train.py's `step_cell.pipeline(...)`."""
+    import ast
+
+    (call,) = [
+        node
+        for node in ast.walk(ast.parse(train_py))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "step_cell.pipeline"
+    ]
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "stages"}
+
+
+def test_mindspore_takes_each_schedules_pipeline_config(tmp_path):
+    """What train.py asks AutoParallel.pipeline for becomes MindSpore's pipeline_config,
+    which 2.10 validates: gpipe runs only with interleave on (it is refused without)."""
+    import mindspore as ms
+
+    gpipe = compile_spec(SPECS["tiny"], tmp_path, "--set", "pipeline.schedule=gpipe")
+    folders = {
+        "1f1b": compiled("tiny"),
+        "interleaved": compiled("tiny_interleaved"),
+        "gpipe": gpipe,
+    }
+    expected = {
+        "1f1b": {"scheduler": "1f1b"},
+        "interleaved": {"interleave": True, "scheduler": "1f1b"},
+        "gpipe": {"interleave": True, "scheduler": "gpipe"},
+    }
+    for schedule, folder in folders.items():
+        kwargs = pipeline_call((folder / "train.py").read_text())
+        assert kwargs == expected[schedule], schedule
+        config = {
+            "pipeline_interleave": kwargs.get("interleave", False),
+            "pipeline_scheduler": kwargs["scheduler"],
+        }
+        try:
+            ms.set_auto_parallel_context(pipeline_stages=2, pipeline_config=config)
+        finally:
+            ms.reset_auto_parallel_context()
+        # The interleaved path needs the layer copies to share a graph on Ascend.
+        model = (folder / "model.py").read_text()
+        assert ("@lazy_inline_on_ascend" in model) == ("interleave" in kwargs), schedule
+    with pytest.raises(TypeError, match="only '1f1b' is allowed"):
+        config = {"pipeline_interleave": False, "pipeline_scheduler": "gpipe"}
+        try:
+            ms.set_auto_parallel_context(pipeline_stages=2, pipeline_config=config)
+        finally:
+            ms.reset_auto_parallel_context()
+
+
+def test_model_py_does_not_grow_with_the_layers(tmp_path):
+    """Pipeline placement and fusion ids are runs of copies (one per virtual stage, one
+    per fusion bucket), not one entry per copy: 64 layers make the same model.py as 4
+    but for the numbers in it; plan.json does list every copy."""
+    sizes = {}
+    for layers in (4, 64):
+        out = tmp_path / str(layers)
+        folder = compile_spec(SPECS["tiny_interleaved"], out, "--set", f"model.layers={layers}")
+        sizes[layers] = len((folder / "model.py").read_bytes())
+        doc = json.loads((folder / "plan.json").read_text())
+        assert len(doc["layers"]["block"]["segments"]) == layers
+        network = network_class(load(folder, "model"), doc)
+        from mindspore.nn.utils import no_init_parameters
+
+        with no_init_parameters():
+            check_against_plan(network(), doc)
+    assert abs(sizes[64] - sizes[4]) < 100, sizes
 
 
 def test_instantiating_llama13b_stays_small():

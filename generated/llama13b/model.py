@@ -308,53 +308,11 @@ class Llama13b(nn.Cell):
         self.emb = Embedding(32000, 5120, gather=((8, 1), (1, 1)))
         self.emb.pipeline_stage = 0
         self.decoder = nn.CellList([Decoder() for _ in range(40)])
-        for cell, stage in zip(
-            self.decoder,
-            (
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-            ),
-            strict=True,
-        ):
-            cell.pipeline_stage = stage
+        # (first copy, end copy, stage): the copies each pipeline stage runs
+        for first, end, stage in ((0, 20, 0), (20, 40, 1)):
+            for i in range(first, end):
+                self.decoder[i].pipeline_stage = stage
+        for cell in self.decoder:
             cell.recompute()
         self.norm = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),))
         self.norm.pipeline_stage = 1

@@ -81,8 +81,9 @@ class TrainStep(nn.Cell):
     """One optimizer step over MICRO_BATCHES micro-batches.
 
     The wrapped network returns the sum of the micro-batch losses, so the gradient
-    is divided by MICRO_BATCHES (and by the loss scale) before clipping and the
-    update. An update whose gradient is not finite is skipped. Returns (summed loss, gradient norm, learning rate).
+    is divided by MICRO_BATCHES before clipping and the update. An update whose
+    gradient is not finite is skipped.
+    Returns (summed loss, gradient norm, learning rate).
     """
 
     def __init__(self, network, optimizer, reducer):

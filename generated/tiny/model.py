@@ -19,32 +19,28 @@ from mindspore.common.initializer import Normal, initializer
 COMPUTE_DTYPE = mstype.float32
 PARAM_DTYPE = mstype.float32
 
-# Gradient communication fusion id per parameter (1, MindSpore's default, is not listed).
-COMM_FUSION = {
-    "decoder.0.ln1.gamma": 2,
-    "decoder.0.ln1.beta": 2,
-    "decoder.0.qkv.weight": 3,
-    "decoder.0.qkv.bias": 2,
-    "decoder.0.proj.weight": 3,
-    "decoder.0.proj.bias": 2,
-    "decoder.0.ln2.gamma": 2,
-    "decoder.0.ln2.beta": 2,
-    "decoder.0.up.weight": 3,
-    "decoder.0.up.bias": 2,
-    "decoder.0.down.weight": 3,
-    "decoder.0.down.bias": 2,
-    "decoder.1.ln1.gamma": 2,
-    "decoder.1.ln1.beta": 2,
-    "decoder.1.qkv.weight": 4,
-    "decoder.1.qkv.bias": 2,
-    "decoder.1.proj.weight": 4,
-    "decoder.1.proj.bias": 2,
-    "decoder.1.ln2.gamma": 2,
-    "decoder.1.ln2.beta": 2,
-    "decoder.1.up.weight": 4,
-    "decoder.1.up.bias": 2,
-    "decoder.1.down.weight": 4,
-    "decoder.1.down.bias": 2,
+# Communication fusion ids (plan.json's fusion_id; 1, MindSpore's default, is not
+# listed). MindSpore fuses the collectives of parameters that share an id: their
+# gradient AllReduce, and with zero (the parallel optimizer) their AllGather and
+# ReduceScatter too. Network parameters by path:
+COMM_FUSION = {}
+# Parameters of repeated layers, per layer and `op.param`: (first copy, end copy, id)
+# runs, copies first .. end - 1 sharing the id (one run per fusion bucket).
+LAYER_COMM_FUSION = {
+    "decoder": {
+        "ln1.gamma": ((0, 2, 2),),
+        "ln1.beta": ((0, 2, 2),),
+        "qkv.weight": ((0, 1, 3), (1, 2, 4)),
+        "qkv.bias": ((0, 2, 2),),
+        "proj.weight": ((0, 1, 3), (1, 2, 4)),
+        "proj.bias": ((0, 2, 2),),
+        "ln2.gamma": ((0, 2, 2),),
+        "ln2.beta": ((0, 2, 2),),
+        "up.weight": ((0, 1, 3), (1, 2, 4)),
+        "up.bias": ((0, 2, 2),),
+        "down.weight": ((0, 1, 3), (1, 2, 4)),
+        "down.bias": ((0, 2, 2),),
+    },
 }
 
 
@@ -58,6 +54,18 @@ def ones(shape):
 
 def zeros(shape):
     return Parameter(initializer("zeros", shape, PARAM_DTYPE))
+
+
+def apply_comm_fusion(network):
+    """Give every parameter of COMM_FUSION and LAYER_COMM_FUSION its fusion id."""
+    parameters = dict(network.parameters_and_names())
+    for path, fusion_id in COMM_FUSION.items():
+        parameters[path].comm_fusion = fusion_id
+    for layer, runs_by_name in LAYER_COMM_FUSION.items():
+        for name, runs in runs_by_name.items():
+            for first, end, fusion_id in runs:
+                for copy in range(first, end):
+                    parameters[f"{layer}.{copy}.{name}"].comm_fusion = fusion_id
 
 
 class Apply(nn.Cell):
@@ -351,8 +359,11 @@ class Tiny(nn.Cell):
         self.x = Apply(ops.Add().shard(((2, 1, 1), (1, 1))))
         self.x.pipeline_stage = 0
         self.decoder = nn.CellList([Decoder() for _ in range(2)])
-        for cell, stage in zip(self.decoder, (0, 1), strict=True):
-            cell.pipeline_stage = stage
+        # (first copy, end copy, stage): the copies each pipeline stage runs
+        for first, end, stage in ((0, 1, 0), (1, 2, 1)):
+            for i in range(first, end):
+                self.decoder[i].pipeline_stage = stage
+        for cell in self.decoder:
             cell.recompute()
         self.norm = LayerNorm(64, eps=1e-05, norm=((2, 1, 1), (1,), (1,)))
         self.norm.pipeline_stage = 1
@@ -360,9 +371,7 @@ class Tiny(nn.Cell):
         self.logits.pipeline_stage = 1
         self.output = CrossEntropy(((2, 2),))
         self.output.pipeline_stage = 1
-        parameters = dict(self.parameters_and_names())
-        for path, fusion_id in COMM_FUSION.items():
-            parameters[path].comm_fusion = fusion_id
+        apply_comm_fusion(self)
 
     def construct(self, tokens, labels):
         emb = self.emb(tokens)

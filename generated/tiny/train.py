@@ -91,8 +91,9 @@ class TrainStep(nn.Cell):
     """One optimizer step over MICRO_BATCHES micro-batches.
 
     The wrapped network returns the sum of the micro-batch losses, so the gradient
-    is divided by MICRO_BATCHES (and by the loss scale) before clipping and the
-    update. An update whose gradient is not finite is skipped. Returns (summed loss, gradient norm, learning rate).
+    is divided by MICRO_BATCHES before clipping and the update. An update whose
+    gradient is not finite is skipped.
+    Returns (summed loss, gradient norm, learning rate).
     """
 
     def __init__(self, network, optimizer, reducer):
@@ -263,6 +264,8 @@ def main():
     if not args.standalone:
         step_cell = AutoParallel(step_cell, parallel_mode="semi_auto")
         step_cell.dataset_strategy("data_parallel")
+        # The fusion groups are the parameters' comm_fusion ids (model.py). No
+        # comm_fusion() config here: it fuses by size and would overwrite those ids.
         step_cell.pipeline(stages=PP, scheduler="1f1b")
         step_cell.hsdp(optimizer_level="level1")
     state = state_parameters(network, optimizer)

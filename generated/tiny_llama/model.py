@@ -276,8 +276,10 @@ class TinyLlama(nn.Cell):
         self.emb = Embedding(256, 64, gather=((2, 1), (2, 1)))
         self.emb.pipeline_stage = 0
         self.decoder = nn.CellList([Decoder() for _ in range(2)])
-        for cell, stage in zip(self.decoder, (0, 1), strict=True):
-            cell.pipeline_stage = stage
+        # (first copy, end copy, stage): the copies each pipeline stage runs
+        for first, end, stage in ((0, 1, 0), (1, 2, 1)):
+            for i in range(first, end):
+                self.decoder[i].pipeline_stage = stage
         self.norm = RMSNorm(64, eps=1e-06, norm=((2, 1, 1),))
         self.norm.pipeline_stage = 1
         self.logits = Linear(64, 256, matmul=((2, 1), (1, 2)))

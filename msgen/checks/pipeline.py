@@ -87,9 +87,26 @@ def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
 
 def check_schedule(spec: Spec, layers: int) -> list[Diagnostic]:
     pipe, pp = spec.pipeline, spec.mesh.pp
-    if pipe.schedule != "interleaved" or pipe.split is not None:
+    if pipe.schedule != "interleaved":
         return []
     chunks = pipe.chunks
+    if pipe.split is not None:
+        # Each stage's `split` count is divided over its chunks (msgen/plan.py), so a
+        # stage with fewer layers than chunks would leave a virtual stage empty.
+        short = [i for i, n in enumerate(pipe.split) if 0 < n < chunks]
+        if pp == 1 or chunks == 1 or not short or len(pipe.split) != pp:
+            return []
+        stage = short[0]
+        return [
+            error(
+                "MSL315",
+                f"interleaved(chunks = {chunks}) splits each stage's layers into {chunks} "
+                f"chunks, but stage {stage} gets {pipe.split[stage]} in "
+                f"split = {fmt_list(pipe.split)}",
+                pipe.spans.get("split", pipe.span),
+                f"give every stage at least {chunks} layers, or use fewer chunks",
+            )
+        ]
     if layers % (pp * chunks) == 0 and layers >= pp * chunks:
         return []
     good = [c for c in range(1, min(layers, 64) + 1) if layers % (pp * c) == 0]

@@ -1,6 +1,7 @@
 """Training settings: batch arithmetic, the optimizer and learning-rate schedule
 (known names and arguments, values in range), zero, loss scale and gradient
-clipping, and the fusion groups (buckets, patterns that match no parameter).
+clipping, and the fusion groups (buckets, patterns that match no parameter, what an
+`allgather` or `reducescatter` group does).
 """
 
 from __future__ import annotations
@@ -322,6 +323,49 @@ def check_buckets(spec: Spec) -> list[Diagnostic]:
     return diags
 
 
+# What a group's kind means. MindSpore keeps one comm fusion id per parameter
+# (`Parameter.comm_fusion`, which the generated model sets to the group's id), and
+# every collective it inserts for that parameter carries it: the gradient AllReduce,
+# and under the parallel optimizer (zero >= 1) the AllGather of the weight and the
+# ReduceScatter of its gradient. Collectives with the same id are fused. So a group
+# fuses all of its parameters' collectives whatever its kind; its AutoParallel
+# `comm_fusion` config cannot help either (it fuses by size, ignoring the ids). The
+# ids are emitted for every kind, and a non-allreduce group gets a warning saying so.
+KIND_OPS = {"allgather": "AllGather", "reducescatter": "ReduceScatter"}
+
+
+def check_fusion_kinds(spec: Spec) -> list[Diagnostic]:
+    zero = spec.train.zero
+    diags = []
+    for group in spec.fusion:
+        if group.kind not in KIND_OPS:
+            continue
+        op = KIND_OPS[group.kind]
+        if zero == 0:
+            message = (
+                f"fusion group `{group.name}` is `{group.kind}`, but with zero = 0 there "
+                f"is no parallel optimizer and no {op} of its parameters to fuse: its ids "
+                "fuse their gradient AllReduce, as an `allreduce` group's would"
+            )
+            hint = (
+                f"write `allreduce {group.name} = ...`, or set train.zero >= 1 for the "
+                "parallel optimizer's AllGather and ReduceScatter"
+            )
+        else:
+            message = (
+                f"fusion group `{group.name}` is `{group.kind}`, but a fusion id is per "
+                "parameter: its ids fuse every collective of its parameters, the "
+                f"optimizer's AllGather and ReduceScatter (zero = {zero}) and any gradient "
+                f"AllReduce, not only the {op}"
+            )
+            hint = (
+                "MindSpore keeps one fusion id per parameter, whatever the group's kind; "
+                f"write `allreduce {group.name} = ...` to silence this"
+            )
+        diags.append(warning("MSL507", message, group.span, hint))
+    return diags
+
+
 def parameter_paths(facts: Facts, spec: Spec):
     """(network paths, [(layer, count, ["op.param", ...])]) from the sharding pass's
     layouts, or None when the facts are incomplete (an earlier pass failed)."""
@@ -416,4 +460,5 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
         + check_settings(spec)
         + check_buckets(spec)
         + check_patterns(spec, facts)
+        + check_fusion_kinds(spec)
     )

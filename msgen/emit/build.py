@@ -9,7 +9,7 @@ from msgen.checks.facts import OpFacts
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.ops.attention import head_dim, kv_heads
 from msgen.ops.base import Context
-from msgen.plan import Plan
+from msgen.plan import DEFAULT_FUSION_ID, Plan
 
 INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
 DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
@@ -68,7 +68,9 @@ def strategies(of: OpFacts, ctx: Context) -> tuple[tuple[str, tuple], ...]:
     return ()
 
 
-def op_spec(of: OpFacts, ctx: Context, stage: int = 0, recompute: bool = False) -> OpSpec:
+def op_spec(
+    of: OpFacts, ctx: Context, stage: int = 0, recompute: bool = False, segment: int = 0
+) -> OpSpec:
     node = of.node
     args = node.args
     inputs: tuple[str | float, ...] = tuple(r.name for r in node.inputs)
@@ -102,6 +104,7 @@ def op_spec(of: OpFacts, ctx: Context, stage: int = 0, recompute: bool = False) 
         strategies=strategies(of, ctx),
         recompute=recompute,
         stage=stage,
+        segment=segment,
         **extra,
     )
 
@@ -116,6 +119,9 @@ def train_spec(plan: Plan) -> TrainSpec:
     else:
         steps, min_lr = int(sched.get("steps", warmup + 1)), float(sched.get("min_lr", 0.0))
     loss_scale = t.loss_scale or ("dynamic" if plan.spec.model.dtype == "fp16" else "none")
+    scale_value = 1.0
+    if loss_scale not in ("dynamic", "none"):  # a fixed number (MSL512: positive)
+        loss_scale, scale_value = "static", float(loss_scale)
     return TrainSpec(
         micro_batch=t.micro_batch,
         global_batch=t.global_batch,
@@ -128,13 +134,43 @@ def train_spec(plan: Plan) -> TrainSpec:
         steps=steps,
         min_lr=min_lr,
         zero=t.zero,
-        loss_scale="dynamic" if loss_scale == "dynamic" else "none",
+        loss_scale=loss_scale,
+        loss_scale_value=scale_value,
         grad_clip=t.grad_clip,
         checkpoint_every=t.checkpoint.every if t.checkpoint else None,
         checkpoint_keep=t.checkpoint.keep if t.checkpoint else 5,
         data=t.data,
         seed=t.seed,
     )
+
+
+def fusion_tables(plan: Plan) -> tuple[tuple, tuple]:
+    """The comm fusion ids of plan.param_entries() (plan.json's), without the default
+    id: (network path -> id, per layer per `op.param` runs of copies sharing an id).
+    A layer parameter has as many runs as its id changes along the copies (one per
+    bucket), not one entry per copy: model.py does not grow with the layers."""
+    network: list[tuple[str, int]] = []
+    layers: dict[str, dict[str, list[list[int]]]] = {}
+    for e in plan.param_entries():
+        if e.copy is None:
+            if e.fusion_id != DEFAULT_FUSION_ID:
+                network.append((e.path, e.fusion_id))
+            continue
+        runs = layers.setdefault(e.graph, {}).setdefault(f"{e.op}.{e.param.name}", [])
+        if runs and runs[-1][1] == e.copy and runs[-1][2] == e.fusion_id:
+            runs[-1][1] += 1
+        else:
+            runs.append([e.copy, e.copy + 1, e.fusion_id])
+    per_layer = []
+    for layer, names in layers.items():
+        kept = []
+        for name, runs in names.items():
+            chosen = tuple(tuple(r) for r in runs if r[2] != DEFAULT_FUSION_ID)
+            if chosen:
+                kept.append((name, chosen))
+        if kept:
+            per_layer.append((layer, tuple(kept)))
+    return tuple(network), tuple(per_layer)
 
 
 def build_context(plan: Plan, spec_path: str) -> ModelContext:
@@ -169,7 +205,6 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
     for name, of in plan.graph("network").ops.items():
         if of.node.kind == "repeat":
             rep = next(r for r in plan.repeats if r.op == name)
-            stages = tuple(plan.stage_of(rep.first + i) for i in range(rep.count))
             net_ops.append(
                 OpSpec(
                     name=name,
@@ -177,15 +212,16 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
                     inputs=(of.node.inputs[0].name,),
                     layer=rep.layer,
                     count=rep.count,
-                    stages=stages,
+                    placement=plan.placement_runs(rep),
                 )
             )
         else:
-            net_ops.append(op_spec(of, ctx, plan.network_op_stage(of.node)))
+            stage, segment = plan.network_op_placement(of.node)
+            net_ops.append(op_spec(of, ctx, stage, segment=segment))
     network = NetworkSpec(
         input=spec.network.input.name, output=spec.network.output, ops=tuple(net_ops)
     )
-    fusion = tuple((e.path, e.fusion_id) for e in plan.param_entries() if e.fusion_id != 1)
+    fusion, layer_fusion = fusion_tables(plan)
     return ModelContext(
         name=spec.model.name,
         spec_path=spec_path,
@@ -198,9 +234,16 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         tp=spec.mesh.tp,
         pp=spec.mesh.pp,
         micro_batches=spec.micro_batches,
-        schedule="gpipe" if spec.pipeline.schedule == "gpipe" else "1f1b",
+        # interleaved(chunks = 1) is plain 1F1B; so is any schedule when pp = 1
+        schedule=(
+            "interleaved"
+            if plan.interleaved
+            else "gpipe" if spec.pipeline.schedule == "gpipe" else "1f1b"
+        ),
         layers=tuple(layers),
         network=network,
         train=train_spec(plan),
+        chunks=plan.chunks,
         fusion=fusion,
+        layer_fusion=layer_fusion,
     )

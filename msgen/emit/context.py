@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 Strategy = tuple[tuple[int, ...], ...]
+# (first copy, end copy, fusion id): copies first .. end - 1 of a layer parameter
+FusionRuns = tuple[tuple[int, int, int], ...]
 
 # The op kinds the templates know, and the strategy roles each one reads.
 # Roles of composite ops, and what the strategy describes:
@@ -81,6 +83,7 @@ class OpSpec:
     strategies: tuple[tuple[str, Strategy], ...] = ()
     recompute: bool = False  # selective recompute of this op
     stage: int = 0  # pipeline stage; network ops only (layer ops: the copy's)
+    segment: int = 0  # pipeline segment (interleaved model chunk), like `stage`
     # linear
     n_out: int = 0
     bias: bool = True
@@ -98,10 +101,11 @@ class OpSpec:
     eps: float = 0.0
     # gelu: tanh approximation instead of erf
     approximate: bool = False
-    # repeat: `count` copies of `layer`, copy i on pipeline stage `stages[i]`
+    # repeat: `count` copies of `layer`; `placement` runs (first, end, stage, segment):
+    # copies first .. end - 1 run on that pipeline stage and segment
     layer: str | None = None
     count: int = 0
-    stages: tuple[int, ...] = ()
+    placement: tuple[tuple[int, int, int, int], ...] = ()
 
     def strategy(self, role: str) -> Strategy | None:
         return dict(self.strategies).get(role)
@@ -144,7 +148,8 @@ class TrainSpec:
     steps: int
     min_lr: float
     zero: int = 0  # 0-3
-    loss_scale: str = "none"  # dynamic | none
+    loss_scale: str = "none"  # dynamic | static | none
+    loss_scale_value: float = 1.0  # static: the fixed scale
     grad_clip: float | None = None
     checkpoint_every: int | None = None
     checkpoint_keep: int = 5
@@ -165,15 +170,26 @@ class ModelContext:
     tp: int
     pp: int
     micro_batches: int
-    schedule: str  # 1f1b | gpipe
+    schedule: str  # 1f1b | gpipe | interleaved
     layers: tuple[LayerSpec, ...]
     network: NetworkSpec
     train: TrainSpec
-    fusion: tuple[tuple[str, int], ...] = field(default=())  # parameter path -> comm fusion id
+    chunks: int = 1  # interleaved: model chunks (pipeline segments) per stage
+    # Comm fusion ids other than 1 (MindSpore's default): network parameter path -> id,
+    # and per repeated layer, per `op.param` of one copy, runs of copies sharing an id.
+    fusion: tuple[tuple[str, int], ...] = field(default=())
+    layer_fusion: tuple[tuple[str, tuple[tuple[str, FusionRuns], ...]], ...] = field(default=())
 
     @property
     def class_name(self) -> str:
         return camel(self.name)
+
+    @property
+    def pipeline_interleave(self) -> bool:
+        """MindSpore's interleaved pipeline path: interleaved 1F1B, and gpipe (which
+        MindSpore schedules only there). It needs each layer's copies to share one
+        graph (lazy_inline)."""
+        return self.pp > 1 and self.schedule in ("interleaved", "gpipe")
 
     def layer(self, name: str) -> LayerSpec:
         return next(layer for layer in self.layers if layer.name == name)

@@ -182,6 +182,8 @@ def _op_lines(op: OpSpec, ctx: ModelContext, network: bool) -> tuple[list[str], 
         )
     if network and ctx.pp > 1:
         init.append(f"self.{op.name}.pipeline_stage = {op.stage}")
+        if ctx.chunks > 1:
+            init.append(f"self.{op.name}.pipeline_segment = {op.segment}")
     return init, f"{op.name} = {snip.call}", helpers
 
 
@@ -189,16 +191,26 @@ def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str]]:
     assert op.layer is not None
     layer = ctx.layer(op.layer)
     (x,) = op.inputs
-    init = [f"self.{layer.name} = nn.CellList([{layer.class_name}() for _ in range({op.count})])"]
-    body = []
-    if ctx.pp > 1:
-        init.append(f"for cell, stage in zip(self.{layer.name}, {op.stages}, strict=True):")
-        body.append("cell.pipeline_stage = stage")
+    cells = f"self.{layer.name}"
+    init = [f"{cells} = nn.CellList([{layer.class_name}() for _ in range({op.count})])"]
+    if ctx.pp > 1 and ctx.chunks > 1:
+        init += [
+            "# (first copy, end copy, stage, segment): the copies of each virtual stage",
+            f"for first, end, stage, segment in {op.placement}:",
+            "    for i in range(first, end):",
+            f"        {cells}[i].pipeline_stage = stage",
+            f"        {cells}[i].pipeline_segment = segment",
+        ]
+    elif ctx.pp > 1:
+        runs = tuple((first, end, stage) for first, end, stage, _ in op.placement)
+        init += [
+            "# (first copy, end copy, stage): the copies each pipeline stage runs",
+            f"for first, end, stage in {runs}:",
+            "    for i in range(first, end):",
+            f"        {cells}[i].pipeline_stage = stage",
+        ]
     if layer.recompute:
-        if not body:
-            init.append(f"for cell in self.{layer.name}:")
-        body.append("cell.recompute()")
-    init.extend(f"    {line}" for line in body)
+        init += [f"for cell in {cells}:", "    cell.recompute()"]
     construct = [
         f"{op.name} = {x}",
         f"for cell in self.{layer.name}:",

@@ -6,7 +6,7 @@ import json
 from math import prod
 
 from msgen.checks.facts import context
-from msgen.plan import Plan
+from msgen.plan import Plan, Repeat
 
 
 def _split(split) -> list[str]:
@@ -56,6 +56,20 @@ def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
     return out
 
 
+def layer_json(plan: Plan, rep: Repeat) -> dict:
+    """A repeated layer: its copies' pipeline stages and, interleaved, their segments
+    (the model chunk of the stage each copy belongs to)."""
+    runs = plan.placement_runs(rep)
+    doc = {
+        "repeat": rep.op,
+        "count": rep.count,
+        "stages": [stage for first, end, stage, _ in runs for _ in range(first, end)],
+    }
+    if plan.interleaved:
+        doc["segments"] = [seg for first, end, _, seg in runs for _ in range(first, end)]
+    return doc
+
+
 def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
     spec = plan.spec
     doc = {
@@ -65,15 +79,9 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
         "devices": spec.mesh.devices,
         "micro_batches": spec.micro_batches,
         "schedule": spec.pipeline.schedule,
+        "chunks": plan.chunks,
         "stage_split": list(plan.stage_split),
-        "layers": {
-            r.layer: {
-                "repeat": r.op,
-                "count": r.count,
-                "stages": [plan.stage_of(r.first + i) for i in range(r.count)],
-            }
-            for r in plan.repeats
-        },
+        "layers": {r.layer: layer_json(plan, r) for r in plan.repeats},
         "ops": {
             **{r.layer: ops_json(plan, r.layer, r.count) for r in plan.repeats},
             "network": ops_json(plan, "network", 1),
