@@ -160,13 +160,37 @@ class _Divisibility:
         # candidates divide the devices and every watched dim: their gcd, whose
         # divisors are few (never count up to a device count near 2^40)
         g = gcd(others, *dims)
-        good = [t for t in range(1, min(g, 4096) + 1) if g % t == 0]
+        good = [t for t in range(2, min(g, 4096) + 1) if g % t == 0]
         names = ", ".join(f"{k} ({self.spec.model.dims[k]})" for k in watched)
-        tries = ", ".join(f"{axis} = {t}" for t in good if t > 1) or f"{axis} = 1"
+        tries = [self.meshing(axis, t, others) for t in good]
+        tries = [t for t in tries if t][:3] or [f"{axis} = 1"]
         return (
             f"{axis} must divide {names}, and dp * tp * pp must equal the {devices} devices: "
-            f"try {tries}"
+            f"try {', or '.join(tries)}"
         )
+
+    def meshing(self, axis: str, size: int, others: int) -> str | None:
+        """A mesh with `axis` = size that still covers the devices and the batch,
+        written as the changes it needs; None when there is none."""
+        if axis not in ("dp", "tp") or others % size:
+            return f"{axis} = {size}" if axis not in ("dp", "tp") else None
+        other = "tp" if axis == "dp" else "dp"
+        rest = others // size
+        if axis == "tp" and size > max(1, self.spec.cluster.per_node):
+            return None
+        if rest == self.spec.mesh.size(other):
+            return f"{axis} = {size}"
+        dp = rest if other == "dp" else size
+        train = self.spec.train
+        per_step = train.micro_batch * dp
+        if train.global_batch % per_step:
+            return None
+        change = (
+            f"{other} = {rest}, {axis} = {size}"
+            if other == "dp"
+            else f"{axis} = {size}, {other} = {rest}"
+        )
+        return f"{change} with micro_batches = {train.global_batch // per_step}"
 
 
 def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
