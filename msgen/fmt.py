@@ -28,8 +28,8 @@ Layout rules (specs/gpt7b.msl, the DESIGN.md example, is a fixed point of them):
   bracket, each source line of items becomes a line indented 4 more than the line
   the bracket opened on, every item is followed by a comma, and the closing bracket
   gets a line of its own; otherwise later lines align with the first item and the
-  bracket closes after the last one. Breaks anywhere else (inside an expression,
-  backslash continuations) are joined.
+  bracket closes after the last one. Breaks anywhere else (inside an expression or
+  the parentheses around it, backslash continuations) are joined.
 - Full-line comments are indented to the level of the code that follows them (the
   block's statements, or the items of the list they sit in). A trailing comment stays
   on its line and keeps its source column, moved left only as far as the code before
@@ -51,9 +51,11 @@ error rather than write a spec that means something else.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import difflib
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -67,6 +69,12 @@ INDENT = 4
 PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}
 NEG_PREC = 3
 ATOM_PREC = 4
+
+
+# The source's tokens, as far as fmt needs them: a string, or any other character
+# that is not blank, a comment or a backslash continuation (comments are cut off
+# before the line is scanned).
+TOKEN = re.compile(r'"[^"]*"|[^\s"\\]')
 
 
 class FormatError(Exception):
@@ -162,6 +170,12 @@ class _Printer:
     # expressions
 
     def expr(self, e: ast.Expr | ast.Kwarg, min_prec: int = 0) -> None:
+        # Parentheses in the source that the tree dropped (`(a + b)`, redundant or
+        # not) can sit on lines the expression does not reach: those lines join the
+        # rows where it starts and ends, so nothing is left outside the statement.
+        first, last = self.src.extent(e)
+        if first < e.span.line:
+            self.put("", first)
         prec = _prec(e)
         if prec < min_prec:
             self.put("(")
@@ -187,15 +201,14 @@ class _Printer:
         elif isinstance(e, ast.Call):
             self.node(e.func.name, e.func)
             items = sorted(e.args + e.kwargs, key=_start)
-            self.seq("(", items, ")", self.src.find(e.func.span, "("), e.span.end_line)
+            self.seq("(", items, ")", *self.src.brackets(e.func.span))
         elif isinstance(e, ast.List):
             self.seq("[", e.items, "]", e.span.line, e.span.end_line)
         elif isinstance(e, ast.Repeat):
             self.put("repeat ", e.span.line)
             self.node(e.layer.name, e.layer)
             items = sorted(e.args + e.kwargs, key=_start)
-            open_line = self.src.find(e.layer.span, "(")
-            self.seq("(", items, ")", open_line, self.src.find_back(e.count.span, ")"))
+            self.seq("(", items, ")", *self.src.brackets(e.layer.span))
             self.put(" ")
             self.expr(e.count)
         elif isinstance(e, ast.Every):
@@ -207,9 +220,14 @@ class _Printer:
             raise FormatError(f"cannot print {type(e).__name__}")
         if prec < min_prec:
             self.put(")")
+        if last > e.span.end_line:
+            self.put("", last)
 
     def seq(self, open_: str, items, close: str, open_line: int, close_line: int) -> None:
         self.put(open_, open_line)
+        # Where each item starts and ends, its parentheses included: a break inside
+        # them is a break inside the item, not between items.
+        lines = [self.src.extent(item) for item in items]
         if not items or open_line == close_line:
             for i, item in enumerate(items):
                 if i:
@@ -217,12 +235,12 @@ class _Printer:
                 self.expr(item)
             self.put(close, close_line)
             return
-        if items[0].span.line > open_line:
+        if lines[0][0] > open_line:
             # Hanging: items on their own lines, a comma after each, close alone.
             base = self.row.indent
             inner = base + INDENT
             for i, item in enumerate(items):
-                if i == 0 or item.span.line > items[i - 1].span.end_line:
+                if i == 0 or lines[i][0] > lines[i - 1][1]:
                     if i:
                         self.put(",")
                     self.newline(inner)
@@ -233,14 +251,14 @@ class _Printer:
             self.newline(base, cindent=inner)
             # `]` on the last item's line in the source: this row has no source line
             # of its own, so a comment there stays with the item.
-            own = close_line > items[-1].span.end_line
+            own = close_line > lines[-1][1]
             self.put(close, close_line if own else None)
             return
         # Visual: later lines align with the first item; close after the last one.
         align = self.col
         for i, item in enumerate(items):
             if i:
-                if item.span.line > items[i - 1].span.end_line:
+                if lines[i][0] > lines[i - 1][1]:
                     self.put(",")
                     self.newline(align)
                 else:
@@ -296,6 +314,16 @@ def _prec(e) -> int:
     return ATOM_PREC
 
 
+def _walk(node: ast.Node):
+    """A node and all the nodes under it."""
+    yield node
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        for child in value if isinstance(value, tuple) else (value,):
+            if isinstance(child, ast.Node):
+                yield from _walk(child)
+
+
 def _start(node: ast.Node) -> tuple[int, int]:
     return (node.span.line, node.span.col)
 
@@ -330,32 +358,75 @@ class _Formatter:
         self.out: list[_Row] = []
         self.placed = 0  # comments written, checked against the total at the end
         self.groups = 0
+        self.tokens: list[tuple[int, str]] = []  # (line, text)
+        self.starts: list[tuple[int, int]] = []  # (line, column) of each token
+        self.match: dict[int, int] = {}
+        self.calls: set[int] = set()
+        self.scan()
 
     def new_group(self) -> int:
         self.groups += 1
         return self.groups
 
-    def find(self, after: Span, char: str) -> int:
-        """The line of the first `char` after a span: where `{` or `(` is, which the
-        tree does not record (a backslash continuation can put it on a later line)."""
-        line, col = after.end_line, after.end_col - 1
-        while line <= len(self.lines):
-            found = self.lines[line - 1].find(char, col)
-            if found >= 0:
-                return line
-            line, col = line + 1, 0
-        return after.end_line
+    # the brackets the tree does not record
 
-    def find_back(self, before: Span, char: str) -> int:
-        """The line of the last `char` before a span (the `)` of `repeat f(x) n`)."""
-        line, col = before.line, before.col - 1
-        while line >= 1:
-            found = self.lines[line - 1].rfind(char, 0, col)
-            if found >= 0:
-                return line
-            line -= 1
-            col = len(self.lines[line - 1]) if line >= 1 else 0
-        return before.line
+    def scan(self) -> None:
+        """Tokenize the source (`self.tokens`, with their `self.starts`), match its
+        brackets (`self.match`, both ways) and find the `(` of every call and repeat
+        (`self.calls`): every other `(` is a parenthesis the parser dropped."""
+        for number, src in enumerate(self.lines, 1):
+            comment = self.comments.get(number)
+            code = src if comment is None else src[: comment.col]
+            for m in TOKEN.finditer(code):
+                self.tokens.append((number, m.group()))
+                self.starts.append((number, m.start() + 1))
+        stack: list[int] = []
+        for i, (_, tok) in enumerate(self.tokens):
+            if tok in ("(", "[", "{"):
+                stack.append(i)
+            elif tok in (")", "]", "}"):
+                j = stack.pop()
+                self.match[i], self.match[j] = j, i
+        for node in _walk(self.module):
+            if isinstance(node, ast.Call):
+                self.calls.add(self.after(node.func.span))
+            elif isinstance(node, ast.Repeat):
+                self.calls.add(self.after(node.layer.span))
+
+    def first(self, span: Span) -> int:
+        """The index of the first token of a span."""
+        return bisect.bisect_left(self.starts, (span.line, span.col))
+
+    def after(self, span: Span) -> int:
+        """The index of the first token after a span."""
+        return bisect.bisect_left(self.starts, (span.end_line, span.end_col))
+
+    def brackets(self, before: Span) -> tuple[int, int]:
+        """The lines of the bracket right after a span (the `(` of `f(...)`, the `{`
+        of a block) and of the one that closes it; a backslash continuation can put
+        either on a later line."""
+        i = self.after(before)
+        return self.tokens[i][0], self.tokens[self.match[i]][0]
+
+    def extent(self, node: ast.Node) -> tuple[int, int]:
+        """The first and the last line of an expression with the parentheses around
+        it, which its span leaves out: `(` right before it and the `)` that closes
+        that one right after it, not the brackets of a call."""
+        i, j = self.first(node.span), self.after(node.span) - 1
+        while i > 0 and self.tokens[i - 1][1] == "(" and i - 1 not in self.calls:
+            if self.match[i - 1] != j + 1:
+                break
+            i, j = i - 1, j + 1
+        return self.tokens[i][0], self.tokens[j][0]
+
+    def end(self, stmt: ast.Stmt) -> int:
+        """The last line of a statement. Its span ends with its last node, which can
+        leave out the `)` of parentheses around that node (`x = (a + b)`): at the top
+        level, every `)` that follows closes one of those."""
+        j = self.after(stmt.span)
+        while j < len(self.tokens) and self.tokens[j][1] == ")":
+            j += 1
+        return self.tokens[j - 1][0]
 
     def blank(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and not self.lines[line - 1].strip()
@@ -446,8 +517,7 @@ class _Formatter:
         if block.name is not None:
             header.put(" ")
             header.node(block.name.name, block.name)
-        open_line = self.find((block.name or block.kind).span, "{")
-        close_line = block.span.end_line
+        open_line, close_line = self.brackets((block.name or block.kind).span)
         stmts = block.stmts
         inside = [self.comments.get(line) for line in range(open_line + 1, close_line)]
         if not stmts and not any(c and c.kind == "standalone" for c in inside):
@@ -471,7 +541,7 @@ class _Formatter:
             p.stmt(stmt, width)
             self.emit(p.rows, state.run)
             state.started = True
-            prev = stmt.span.end_line
+            prev = self.end(stmt)
         self.gap(prev + 1, close_line - 1, INDENT, state)
         # A blank line still pending here would come right before `}`: dropped.
         close = _Row("code", 0, "}", cindent=INDENT)
@@ -488,7 +558,7 @@ class _Formatter:
             if runs[-1] and any(self.blank(line) for line in between):
                 runs.append([])
             runs[-1].append(i)
-            prev = stmt.span.end_line
+            prev = self.end(stmt)
         widths = [0] * len(block.stmts)
         for run in runs:
             lefts = [_left(block.stmts[i]) for i in run]

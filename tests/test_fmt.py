@@ -127,6 +127,16 @@ def test_fixture(name):
         ("every  (10*2)  keep 5", "every 10 * 2 keep 5"),
         ("repeat  dec( x ,k=1 )  (n+1)", "repeat dec(x, k = 1) n + 1"),
         ("58   GiB", "58 GiB"),
+        ("select()", "select()"),
+        ("select(\n)", "select()"),
+        ("[]", "[]"),
+        ("[\n]", "[]"),
+        # The tree drops parentheses, and the spans with them: the line of this `)`
+        # is still part of the statement (it used to be copied out as stray code).
+        ("(a\n)", "a"),
+        ("((a)\n)", "a"),
+        ("repeat dec(x) (n\n)", "repeat dec(x) n"),
+        ("f(a, (b\n), c)", "f(a, b, c)"),
     ],
 )
 def test_expressions(source, expected):
