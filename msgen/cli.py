@@ -31,7 +31,7 @@ def _report(result, fmt: str) -> None:
 
     diags = sorted(result.diagnostics, key=sort_key)
     if diags:
-        sys.stderr.write(render(diags, fmt, result.text))
+        sys.stderr.write(render(diags, fmt, {result.file: result.text}))
 
 
 def _analyze(path: str, fmt: str, overrides=()):

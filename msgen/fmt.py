@@ -699,7 +699,9 @@ def fmt_command(args) -> int:
             raise UsageError(f"cannot read {name}: {exc}") from exc
         out, diags = format_text(text, display_path(path))
         if out is None:
-            sys.stderr.write(render(sorted(diags, key=sort_key), "text", text))
+            sys.stderr.write(
+                render(sorted(diags, key=sort_key), "text", {display_path(path): text})
+            )
             failed = True
         results.append((path, name, text, out))
     if failed:

@@ -9,13 +9,14 @@ from msgen.diagnostics import Diagnostic
 FORMATS = ("text", "json", "github")
 
 
-def render_text(d: Diagnostic, source: str | None) -> str:
+def render_text(d: Diagnostic, sources: dict[str, str]) -> str:
     head = f"{d.severity.value}[{d.code}]: {d.message}"
     if d.span is None:
         lines = [head]
     else:
         lines = [f"{d.span.file}:{d.span.line}:{d.span.col}: {head}"]
-        text_lines = (source or "").splitlines()
+        # only the file the span is in: a --set what-if has no source lines here
+        text_lines = sources.get(d.span.file, "").splitlines()
         if 0 < d.span.line <= len(text_lines):
             code = text_lines[d.span.line - 1]
             gutter = f"{d.span.line:>5}"
@@ -67,12 +68,13 @@ def render_github(d: Diagnostic) -> str:
     return f"::{level} {loc},title={d.code}::{_escape(message)}"
 
 
-def render(diags: list[Diagnostic], fmt: str, source: str | None) -> str:
+def render(diags: list[Diagnostic], fmt: str, sources: dict[str, str]) -> str:
+    """`sources` maps a file name, as spans give it, to its text."""
     if fmt == "json":
         return "".join(render_json(d) + "\n" for d in diags)
     if fmt == "github":
         return "".join(render_github(d) + "\n" for d in diags)
-    return "".join(render_text(d, source) + "\n" for d in diags)
+    return "".join(render_text(d, sources) + "\n" for d in diags)
 
 
 def sort_key(d: Diagnostic):

@@ -183,14 +183,14 @@ def test_github_escapes_newlines_percent_and_properties():
 
 def test_diagnostic_without_span():
     d = warning("MSL507", "no span here", None)
-    assert render_text(d, None) == "warning[MSL507]: no span here"
+    assert render_text(d, {}) == "warning[MSL507]: no span here"
     assert json.loads(render_json(d))["line"] is None
     assert render_github(d) == "::warning title=MSL507::no span here"
 
 
 def test_text_multiline_hint_is_indented():
     d = error("MSL401", "over", SPAN, "one\ntwo")
-    text = render_text(d, "x\ny\nabcdef\n")
+    text = render_text(d, {SPAN.file: "x\ny\nabcdef\n"})
     assert text.splitlines() == [
         "a,b:c.msl:3:2: error[MSL401]: over",
         "    3 | abcdef",
@@ -202,11 +202,18 @@ def test_text_multiline_hint_is_indented():
 
 def test_text_span_over_several_lines_underlines_to_the_end_of_its_first():
     span = Span(file="f.msl", line=1, col=3, end_line=2, end_col=2)
-    text = render_text(error("MSL003", "m", span), "abcdef\nxyz\n")
+    text = render_text(error("MSL003", "m", span), {"f.msl": "abcdef\nxyz\n"})
     assert text.splitlines()[2] == "      |   ^^^^"
+
+
+def test_text_shows_source_lines_only_from_the_span_file():
+    d = error("MSL103", "unknown block", Span(file="<--set>", line=2, col=1, end_line=2, end_col=5))
+    text = render_text(d, {"spec.msl": "first\nsecond line of the spec\n"})
+    assert "second line of the spec" not in text
+    assert text.splitlines()[0] == "<--set>:2:1: error[MSL103]: unknown block"
 
 
 def test_render_joins_lines():
     diags = [error("MSL101", "a", SPAN), warning("MSL112", "b", SPAN)]
-    assert render(diags, "json", None).count("\n") == 2
-    assert render(diags, "github", None).count("\n") == 2
+    assert render(diags, "json", {}).count("\n") == 2
+    assert render(diags, "github", {}).count("\n") == 2
