@@ -133,7 +133,7 @@ class OpDef:
     def layout(self, node: OpNode, inputs: list[Tensor], out_shape, ctx: Context) -> Layout:
         """Default: elementwise; output split = the declared one, else the first input's."""
         out = out_declared(node, len(out_shape)) or inputs[0].split
-        return Layout(inputs=tuple(_align(out, t.shape) for t in inputs), output=out)
+        return Layout(inputs=tuple(align(out, t.shape) for t in inputs), output=out)
 
     def saves(
         self, node: OpNode, inputs: list[Tensor], output: Tensor, ctx: Context
@@ -145,7 +145,7 @@ class OpDef:
         return []
 
 
-def _align(split: Split, shape: tuple[int, ...]) -> Split:
+def align(split: Split, shape: tuple[int, ...]) -> Split:
     """The trailing part of `split` that applies to a (broadcast) operand of `shape`;
     a broadcast dim of size 1 stays whole."""
     tail = split[len(split) - len(shape) :] if len(shape) <= len(split) else split

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msgen.ops.base import Arg, Layout, OpDef, OpError, Saved, _align, out_declared, saved_operand
+from msgen.ops.base import Arg, Layout, OpDef, OpError, Saved, align, out_declared, saved_operand
 
 
 class _Unary(OpDef):
@@ -84,8 +84,8 @@ class _Binary(OpDef):
 
     def layout(self, node, inputs, out_shape, ctx):
         widest = max(inputs, key=lambda t: len(t.shape))  # max keeps the first on ties
-        out = out_declared(node, len(out_shape)) or _align(widest.split, out_shape)
-        return Layout(inputs=tuple(_align(out, t.shape) for t in inputs), output=out)
+        out = out_declared(node, len(out_shape)) or align(widest.split, out_shape)
+        return Layout(inputs=tuple(align(out, t.shape) for t in inputs), output=out)
 
 
 class Add(_Binary):
