@@ -54,6 +54,14 @@ def has_errors(diagnostics: list[Diagnostic]) -> bool:
     return any(d.is_error for d in diagnostics)
 
 
+def format_bytes(n: int) -> str:
+    """A byte count for people: two decimals in the largest binary unit that fits."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
 def did_you_mean(name: str, candidates) -> str | None:
     """A hint naming the closest candidate, if one is close enough."""
     import difflib

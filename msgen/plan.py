@@ -13,6 +13,7 @@ from itertools import accumulate
 from math import prod
 
 from msgen.checks.facts import Facts, GraphFacts
+from msgen.checks.pipeline import balanced_split
 from msgen.ir.models import FusionGroup, OpNode, Spec
 from msgen.ops.base import Param
 
@@ -36,16 +37,6 @@ class Repeat:
     op: str  # the network op that repeats it
     count: int
     first: int  # global index of its first copy in the stack of repeated layers
-
-
-def balanced_split(layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per stage; the first (layers mod stages) stages take one more."""
-    base, extra = divmod(layers, stages)
-    return tuple(base + (1 if s < extra else 0) for s in range(stages))
-
-
-def bucket_sizes(layers: int, buckets: int) -> tuple[int, ...]:
-    return balanced_split(layers, buckets)
 
 
 @dataclass
@@ -298,7 +289,7 @@ class Plan:
         ids = self.fusion_ids[group.name]
         if layer_index is None or group.buckets == 1:
             return ids[0]
-        ends = list(accumulate(bucket_sizes(self.total_layers, group.buckets)))
+        ends = list(accumulate(balanced_split(self.total_layers, group.buckets)))
         return ids[bisect_right(ends[:-1], layer_index)]
 
 

@@ -17,7 +17,7 @@ from msgen.checks.facts import (
     graph_of,
 )
 from msgen.checks.shapes import op_error
-from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
+from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes, warning
 from msgen.ir.models import Sharding, Spec
 from msgen.ops import OPS
 from msgen.ops.base import OpError, Param, Tensor, split_factor, whole
@@ -288,7 +288,7 @@ def redistribution_warnings(spec: Spec, facts: Facts) -> list[Diagnostic]:
                         "MSL208",
                         f"`{r.operand}` is split {fmt_split(r.produced)} but `{r.op}` needs "
                         f"{fmt_split(r.needed)}: an implicit redistribution moves "
-                        f"{human_bytes(per_step)} per device per step",
+                        f"{format_bytes(per_step)} per device per step",
                         r.span,
                         f"split `{r.operand}` as {fmt_split(r.needed)} where it is produced, "
                         "if that is what you meant",
@@ -299,10 +299,3 @@ def redistribution_warnings(spec: Spec, facts: Facts) -> list[Diagnostic]:
 
 def fmt_split(split) -> str:
     return "[" + ", ".join("*".join(a) or "1" for a in split) + "]"
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"

@@ -8,7 +8,7 @@ from math import prod
 from msgen.checks.facts import OpFacts
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.ops.attention import head_dim, kv_heads
-from msgen.ops.base import Context
+from msgen.ops.base import Context, split_factor
 from msgen.plan import DEFAULT_FUSION_ID, Plan
 
 INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
@@ -18,7 +18,7 @@ ADAMW_DEFAULTS = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight
 
 
 def factors(split, ctx: Context) -> tuple[int, ...]:
-    return tuple(prod(ctx.mesh_sizes[a] for a in axes) for axes in split)
+    return tuple(split_factor(axes, ctx) for axes in split)
 
 
 def _lead(split, ctx) -> int:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msgen.checks.reserved import camel
+
 Strategy = tuple[tuple[int, ...], ...]
 # (first copy, end copy, fusion id): copies first .. end - 1 of a layer parameter
 FusionRuns = tuple[tuple[int, int, int], ...]
@@ -224,7 +226,3 @@ class ModelContext:
     def kinds(self) -> frozenset[str]:
         ops = [*self.network.ops, *(op for layer in self.layers for op in layer.ops)]
         return frozenset(op.kind for op in ops)
-
-
-def camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from math import prod
 
 from msgen.checks.facts import context
+from msgen.ops.base import split_factor
 from msgen.plan import Plan, Repeat
 
 
@@ -13,17 +13,16 @@ def _split(split) -> list[str]:
     return ["*".join(axes) or "1" for axes in split]
 
 
-def collective_bytes(c, layout, itemsize, sizes) -> int:
+def collective_bytes(c, layout, ctx) -> int:
     """Per-device bytes of the tensor a collective reduces or gathers: its logical
     size over every other axis the op's inputs are split on."""
     used = {a for split in layout.inputs for axes in split for a in axes} - set(c.axes)
-    return c.elements * itemsize // prod(sizes[a] for a in used)
+    return c.elements * ctx.dtype_bytes // split_factor(tuple(sorted(used)), ctx)
 
 
 def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
     spec = plan.spec
-    sizes = context(spec).mesh_sizes
-    item = context(spec).dtype_bytes
+    ctx = context(spec)
     steps = spec.micro_batches * 2 * copies  # forward and its backward mirror, every copy
     out = []
     for name, of in plan.graph(graph).ops.items():
@@ -39,7 +38,7 @@ def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
                     "kind": c.kind,
                     "axes": list(c.axes),
                     "what": c.what,
-                    "bytes_per_step": collective_bytes(c, of.layout, item, sizes) * steps,
+                    "bytes_per_step": collective_bytes(c, of.layout, ctx) * steps,
                 }
                 for c in of.layout.collectives
             ]

@@ -31,6 +31,7 @@ import tempfile
 from fractions import Fraction
 from pathlib import Path
 
+from msgen.diagnostics import format_bytes
 from msgen.estimate.memory import Estimate, GiB, StageMemory, estimate
 from msgen.plan import Plan
 
@@ -55,13 +56,6 @@ def signed_gib(n: int) -> str:
     return f"{'+' if n >= 0 else '-'}{gib(abs(n))}"
 
 
-def size(n: int) -> str:
-    for unit, scale in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"
-
-
 def number(x: Fraction) -> int | float:
     return int(x) if x.denominator == 1 else float(x)
 
@@ -75,11 +69,11 @@ def activation_note(stage: StageMemory) -> str:
     if len(stage.layer_kinds) == 1:
         (kind,) = stage.layer_kinds
         return (
-            f"{size(kind.activation_bytes_per_layer)} per layer x {kind.copies} layers {times}, "
+            f"{format_bytes(kind.activation_bytes_per_layer)} per layer x {kind.copies} layers {times}, "
             f"recompute {kind.layer}: {kind.recompute}"
         )
     kinds = " + ".join(
-        f"{k.layer} {size(k.activation_bytes_per_layer)} x {k.copies} (recompute {k.recompute})"
+        f"{k.layer} {format_bytes(k.activation_bytes_per_layer)} x {k.copies} (recompute {k.recompute})"
         for k in stage.layer_kinds
     )
     return f"[{kinds}] {times}" if kinds else "no repeated layers"
