@@ -80,7 +80,7 @@ def trained(tmp_path_factory) -> dict[str, Path]:
         (folder / "first_run_log.csv").write_text(log.read_text())
         # As if the run had gone on past its last checkpoint before dying.
         with log.open("a") as f:
-            f.write(f"{FIRST_STEPS + 1},9,9,9,9,9,9,9\n")
+            f.write(f"{FIRST_STEPS + 1},9,9,9,9,9,1,9,9\n")
     run_all(folders, "resumed", "--steps", str(RESUMED_STEPS), "--resume")
     return folders
 
@@ -134,7 +134,7 @@ def test_restore_loads_what_was_saved(trained, name):
     folder = trained[name]
     train = load(folder, "train")
     network = network_class(load(folder, "model"), plan_json(name))()
-    optimizer = ms.nn.AdamWeightDecay(train.parameter_groups(network), train.WarmupCosine())
+    optimizer = train.AdamW(train.parameter_groups(network), train.WarmupCosine())
     extra = ()
     if hasattr(train, "LOSS_SCALE_WINDOW"):  # dynamic; a fixed scale is no state
         extra = (ms.amp.DynamicLossScaler(train.LOSS_SCALE, 2, train.LOSS_SCALE_WINDOW),)

@@ -204,7 +204,7 @@ echo "finished=yes" >>"$record"
 """
 
 
-def run_script(tmp_path: Path, name: str, *args: str, fail_rank="", slow="0"):
+def run_script(tmp_path: Path, name: str, *args: str, fail_rank="", slow="0", env=()):
     """Run launch/<name> of a 2 x 8 output tree from another directory, as a user
     would; returns the process and the records the fakes left, by name."""
     out = tmp_path / "generated" / "gpt7b"
@@ -221,6 +221,7 @@ def run_script(tmp_path: Path, name: str, *args: str, fail_rank="", slow="0"):
         (bin_dir / tool).write_text(FAKE)
         (bin_dir / tool).chmod(0o755)
 
+    given = dict(env)
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -228,8 +229,9 @@ def run_script(tmp_path: Path, name: str, *args: str, fail_rank="", slow="0"):
         "FAIL_RANK": fail_rank,
         "SLOW": slow,
     }
-    for leaked in ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "RANK_TABLE_FILE"):
+    for leaked in ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "RANK_TABLE_FILE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(leaked, None)
+    env.update(given)
     result = subprocess.run(
         ["bash", str(out / "launch" / name), *args],
         cwd=workdir,
@@ -316,6 +318,17 @@ def test_scripts_refuse_a_bad_node_rank(name, args, tmp_path):
     assert result.returncode == 2
     assert "usage:" in result.stderr and "0 to 1" in result.stderr
     assert found == {}
+
+
+def test_msrun_sh_takes_the_master_from_the_environment(tmp_path):
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "40123"}
+    result, found, _, _ = run_script(tmp_path, "msrun.sh", "0", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "--master_addr=127.0.0.1" in found["msrun"]["args"]
+    assert "--master_port=40123" in found["msrun"]["args"]
+    # Set but empty counts as not set: the spec's master.
+    result, found, _, _ = run_script(tmp_path / "empty", "msrun.sh", "0", env={"MASTER_ADDR": ""})
+    assert "--master_addr=192.168.1.10" in found["msrun"]["args"]
 
 
 def test_leading_zeros_name_the_same_node(tmp_path):

@@ -7,10 +7,14 @@
 
 `--standalone` runs the logical model in one process: a step still takes
 micro_batch * dp * micro_batches sequences. `--steps N` stops once N steps are
-done (the schedule keeps its length) and writes a checkpoint. Checkpoints and
-`log.csv` go to `--output`/rank_<rank>/; `--resume` restarts from the newest
-checkpoint there: weights, optimizer moments, step, schedule position,
-data position.
+done (the schedule keeps its length) and writes a checkpoint. Every rank writes
+its checkpoints and `log.csv` to `--output`/rank_<rank>/; `--resume` restarts
+each rank from the newest checkpoint there: weights, optimizer moments, step,
+schedule position, data position.
+
+The mesh splits more than the batch, so the run uses MindSpore's semi-auto
+parallel mode with the shard strategies of model.py; a rank saves only its own
+slices, plus the parallel strategy file that merging or resharding them needs.
 """
 
 import argparse
@@ -25,8 +29,9 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore import Tensor, amp, nn, ops
 from mindspore.common import dtype as mstype
-from mindspore.communication import get_rank, init
+from mindspore.communication import get_group_size, get_rank, init
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+from mindspore.nn.optim.optimizer import Optimizer
 from mindspore.parallel.auto_parallel import AutoParallel
 from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 from mindspore.profiler import profile, schedule, tensorboard_trace_handler
@@ -54,16 +59,26 @@ NO_WEIGHT_DECAY = ["decoder.*.n1.gamma", "decoder.*.n2.gamma", "norm.gamma"]
 GRAD_CLIP = 1.0
 CHECKPOINT_EVERY = 1000
 CHECKPOINT_KEEP = 5
+LOG_EVERY = 10
 LOG_FIELDS = (
     "step",
     "loss",
     "perplexity",
     "lr",
-    "loss_scale",
     "grad_norm",
+    "loss_scale",
+    "skipped",
     "tokens_per_s",
     "step_time",
 )
+
+# The square sum of each gradient goes through this ExpandDims: under semi-auto
+# parallel MindSpore adds the sums of the other slices and stages to it, so the norm
+# is the global one on every rank (ops/function/clip_func.py does the same for
+# clip_by_global_norm; mindformers core/clip_grad.py too). In data-parallel mode the
+# gradients are already whole and averaged, and the tag changes nothing.
+grad_scale_expand_dims = ops.ExpandDims().add_prim_attr("grad_scale", True)
+adamw_update = ops.MultitypeFuncGraph("adamw_update")
 
 
 class WarmupCosine(LearningRateSchedule):
@@ -77,22 +92,98 @@ class WarmupCosine(LearningRateSchedule):
         return ops.select(step < WARMUP, warm, cosine)
 
 
+@adamw_update.register(
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Tensor",
+    "Bool",
+)
+def _adamw_update(
+    beta1, beta2, eps, lr, step, weight_decay, param, m, v, grad, optim_filter
+):
+    """One AdamW step of one parameter, in fp32: decoupled decay, bias-corrected moments."""
+    if not optim_filter:
+        return param
+    p = ops.cast(param, mstype.float32)
+    g = ops.cast(grad, mstype.float32)
+    m_next = beta1 * m + (1.0 - beta1) * g
+    v_next = beta2 * v + (1.0 - beta2) * ops.square(g)
+    m_hat = m_next / (1.0 - ops.pow(beta1, step))
+    v_hat = v_next / (1.0 - ops.pow(beta2, step))
+    p_next = p * (1.0 - lr * weight_decay) - lr * m_hat / (ops.sqrt(v_hat) + eps)
+    p_next = ops.depend(p_next, ops.assign(m, m_next))
+    p_next = ops.depend(p_next, ops.assign(v, v_next))
+    return ops.depend(param, ops.assign(param, ops.cast(p_next, param.dtype)))
+
+
+class AdamW(Optimizer):
+    """AdamW as published (Loshchilov and Hutter; torch.optim.AdamW): with t the step from 1,
+
+        m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2
+        p = p (1 - lr wd) - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+
+    nn.AdamWeightDecay leaves out the bias correction (nn/optim/adam.py) and
+    mint.optim.AdamW has no CPU kernel, so it is composed of primitives, as mindformers
+    core/optim/adamw.py does: it runs on every backend. The moments are clones of the
+    parameters (`adam_m.*`, `adam_v.*`), so the parallel optimizer shards them with them.
+    """
+
+    def __init__(self, params, learning_rate):
+        super().__init__(learning_rate, params)
+        self.beta1 = Tensor(BETAS[0], mstype.float32)
+        self.beta2 = Tensor(BETAS[1], mstype.float32)
+        self.eps = Tensor(ADAM_EPS, mstype.float32)
+        self.moments1 = self._parameters.clone(prefix="adam_m", init="zeros")
+        self.moments2 = self._parameters.clone(prefix="adam_v", init="zeros")
+
+    def construct(self, gradients):
+        weight_decay = self.get_weight_decay()
+        lr = self.get_lr()
+        self.assignadd(self.global_step, self.global_step_increase_tensor)
+        step = ops.cast(self.global_step, mstype.float32)
+        # parameter_groups() always groups: one weight decay per parameter.
+        update = ops.partial(adamw_update, self.beta1, self.beta2, self.eps, lr, step)
+        result = self.hyper_map(
+            update,
+            weight_decay,
+            self._parameters,
+            self.moments1,
+            self.moments2,
+            gradients,
+            self.optim_filter,
+        )
+        if self.use_parallel:
+            self.broadcast_params(result)
+        return result
+
+
 class TrainStep(nn.Cell):
     """One optimizer step over MICRO_BATCHES micro-batches.
 
     The wrapped network returns the sum of the micro-batch losses, so the gradient
-    is divided by MICRO_BATCHES before clipping and the update. An update whose
-    gradient is not finite is skipped.
-    Returns (summed loss, gradient norm, learning rate).
+    is divided by MICRO_BATCHES before clipping and the update.
+    An update whose gradient is not finite on any rank is skipped on every rank.
+    Returns (loss summed over the micro-batches, global gradient norm, learning rate, skipped).
     """
 
-    def __init__(self, network, optimizer, reducer):
+    def __init__(self, network, optimizer, reducer, distributed):
         super().__init__(auto_prefix=False)
         self.network = network
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.reducer = reducer
+        # amp.all_finite looks at this rank's gradients only; the verdict is summed over
+        # all ranks, as MindSpore's own loss-scale cells do (nn/wrap/loss_scale.py), so
+        # all skip together (the parallel optimizer's collectives stay matched) and the
+        # loss scale stays the same everywhere.
+        self.all_ranks = ops.AllReduce() if distributed else None
 
     def construct(self, tokens, labels):
         # Read before the update advances the optimizer's step.
@@ -105,13 +196,20 @@ class TrainStep(nn.Cell):
             grads = self.reducer(grads)
         factor = 1.0 / MICRO_BATCHES
         grads = tuple(g * factor for g in grads)
-        finite = amp.all_finite(grads)
-        norm = ops.sqrt(ops.addn([ops.square(g).sum() for g in grads]))
+        skipped = ops.cast(ops.logical_not(amp.all_finite(grads)), mstype.float32)
+        if self.all_ranks is not None:
+            skipped = self.all_ranks(skipped)
+        finite = skipped < 0.5
+        square_sums = [
+            grad_scale_expand_dims(ops.cast(ops.square(g).sum(), mstype.float32), 0)
+            for g in grads
+        ]
+        norm = ops.sqrt(ops.addn(square_sums))
         clip = ops.minimum(GRAD_CLIP / (norm + 1e-6), 1.0)
-        grads = tuple(g * clip for g in grads)
+        grads = tuple(g * ops.cast(clip, g.dtype) for g in grads)
         if finite:
             loss = ops.depend(loss, self.optimizer(grads))
-        return loss, norm, lr
+        return loss, norm, lr, ops.cast(skipped > 0.5, mstype.int32)
 
 
 def parameter_groups(network):
@@ -143,23 +241,36 @@ def synthetic_batches(shards, shard, start_step):
 
 
 def mindrecord_batches(shards, shard, start_step):
-    """This replica's (tokens, labels) per step from `start_step` on: its 1/shards of
-    DATA, shuffled by the global dataset seed, so a resumed run reads what the
-    uninterrupted one would have."""
-    dataset = ds.MindDataset(
-        DATA,
-        columns_list=["input_ids"],
-        shuffle=True,
-        num_shards=shards,
-        shard_id=shard,
-    )
-    dataset = (
-        dataset.batch(STEP_ROWS // shards, drop_remainder=True)
-        .repeat()
-        .skip(start_step)
-    )
-    for (ids,) in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1):
-        yield ids[:, :-1], ids[:, 1:]
+    """This replica's (tokens, labels) per step from `start_step` on.
+
+    Each epoch is a permutation of DATA seeded by (SEED, epoch), the same on every
+    rank; step s takes its next STEP_ROWS sequences (an epoch's remainder is
+    dropped) and replica `shard` reads only its own 1/shards of them. So the
+    replicas together read what a stand-alone run reads, and a resumed run reads
+    what the uninterrupted one would have, by seeking.
+    """
+    rows = STEP_ROWS // shards
+    total = ds.MindDataset(
+        DATA, columns_list=["input_ids"], shuffle=False
+    ).get_dataset_size()
+    per_epoch = total // STEP_ROWS
+    if per_epoch == 0:
+        raise SystemExit(
+            f"{DATA} holds {total} sequences, fewer than the {STEP_ROWS} of one step"
+        )
+    epoch, at = divmod(start_step, per_epoch)
+    while True:
+        order = np.random.default_rng([SEED, epoch]).permutation(total)
+        steps = order[: per_epoch * STEP_ROWS].reshape(per_epoch, shards, rows)
+        mine = steps[at:, shard].reshape(-1).tolist()
+        dataset = ds.MindDataset(
+            DATA, columns_list=["input_ids"], sampler=ds.SubsetSampler(mine)
+        )
+        for (ids,) in dataset.batch(rows, drop_remainder=True).create_tuple_iterator(
+            output_numpy=True, num_epochs=1
+        ):
+            yield ids[:, :-1], ids[:, 1:]
+        epoch, at = epoch + 1, 0
 
 
 def state_parameters(network, optimizer):
@@ -167,6 +278,17 @@ def state_parameters(network, optimizer):
     state = {p.name: p for p in network.get_parameters()}
     state.update((p.name, p) for p in optimizer.get_parameters() if p.name not in state)
     return state
+
+
+def own_state(state, sliced):
+    """What this rank holds. Under semi-auto parallel (`sliced`) that is the parameters
+    MindSpore sliced for this rank when it compiled the step: the other pipeline stages'
+    are never initialised here, and save_checkpoint would build them at full logical
+    shape. MindSpore's own Cell save skips the same (`not param.sliced or
+    param.has_init`, train/serialization.py). Otherwise every parameter is whole."""
+    if not sliced:
+        return state
+    return {name: p for name, p in state.items() if p.sliced and not p.has_init}
 
 
 def save(folder, step, state):
@@ -197,20 +319,19 @@ def restore(folder, state):
 
 
 def open_log(path, resumed_at):
-    """The CSV log, new or (resuming) cut back to the checkpoint's step."""
+    """The CSV log, new or (resuming) cut back to the checkpoint's step; and the number
+    of updates skipped up to there."""
     if resumed_at is None or not path.exists():
         log_file = path.open("w", newline="")
         csv.writer(log_file).writerow(LOG_FIELDS)
-        return log_file
+        return log_file, 0
     with path.open(newline="") as f:
-        kept = [
-            row
-            for row in csv.reader(f)
-            if row[0] == "step" or int(row[0]) <= resumed_at
-        ]
+        kept = [row for row in csv.DictReader(f) if int(row["step"]) <= resumed_at]
     log_file = path.open("w", newline="")
-    csv.writer(log_file).writerows(kept)
-    return log_file
+    log = csv.DictWriter(log_file, LOG_FIELDS)
+    log.writeheader()
+    log.writerows(kept)
+    return log_file, sum(int(row["skipped"]) for row in kept)
 
 
 def parse_args():
@@ -245,44 +366,56 @@ def main():
     batches = synthetic_batches if args.synthetic else mindrecord_batches
     ms.set_context(mode=ms.GRAPH_MODE)
     if args.standalone:
-        rank, shards, shard = 0, 1, 0
+        rank, world = 0, 1
     else:
         init()
-        rank = get_rank()
-        # rank = (stage * DP + dp_index) * TP + tp_index
-        shards, shard = DP, rank // TP % DP
+        rank, world = get_rank(), get_group_size()
+        if world != DP * TP * PP:
+            raise SystemExit(
+                f"the mesh needs {DP * TP * PP} processes (dp * tp * pp), not {world}"
+            )
+    distributed = not args.standalone
+    # rank = (stage * DP + dp_index) * TP + tp_index; a tp group reads the same samples.
+    stage, dp_index = rank // (DP * TP), rank // TP % DP
+    shards, shard = (DP, dp_index) if distributed else (1, 0)
+    # The loss exists on the last stage; its first rank prints.
+    last_stage = stage == PP - 1 or not distributed
+    prints = rank == (PP - 1) * DP * TP or not distributed
     # One seed everywhere: replicas start from the same weights.
     ms.set_seed(SEED)
-    ds.config.set_seed(SEED)
     folder = args.output / f"rank_{rank}"
     folder.mkdir(parents=True, exist_ok=True)
 
     network = Llama13b()
-    optimizer = nn.AdamWeightDecay(
-        parameter_groups(network), WarmupCosine(), *BETAS, eps=ADAM_EPS
+    optimizer = AdamW(parameter_groups(network), WarmupCosine())
+    reducer = None
+    if distributed:
+        # MindSpore keeps the accumulated micro-batch gradients in a buffer that the
+        # reducer reads and clears; stand-alone, the micro-batch sum is one graph.
+        reducer = PipelineGradReducer(optimizer.parameters, opt_shard=True)
+    step_cell = TrainStep(
+        Pipeline(network, MICRO_BATCHES), optimizer, reducer, distributed
     )
-    # Stand-alone, the micro-batch sum is one graph; distributed, MindSpore keeps
-    # the accumulated gradients in a buffer that the reducer reads and clears.
-    reducer = (
-        None
-        if args.standalone
-        else PipelineGradReducer(optimizer.parameters, opt_shard=True)
-    )
-    step_cell = TrainStep(Pipeline(network, MICRO_BATCHES), optimizer, reducer)
     step_cell.set_train()  # dropout on
-    if not args.standalone:
+    if distributed:
         step_cell = AutoParallel(step_cell, parallel_mode="semi_auto")
-        step_cell.dataset_strategy("data_parallel")
+        # Each rank reads its replica's rows (shards = DP): the batch dim is split DP
+        # ways and repeated over TP. "data_parallel" would take it as split over all of
+        # the stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every
+        # sample would count TP times (mindformers trainer/base_trainer.py uses this form).
+        step_cell.dataset_strategy(((DP, 1), (DP, 1)))
+        # Written when the step compiles: how this rank's slices fit the logical
+        # parameters, for merging or resharding the checkpoints later.
+        step_cell.save_param_strategy_file(str(folder / "strategy.ckpt"))
         step_cell.pipeline(stages=PP, scheduler="1f1b")
         step_cell.hsdp(optimizer_level="level1")
     state = state_parameters(network, optimizer)
+    # Compile first: under semi-auto parallel the parameters take their slice shapes then.
+    ids = Tensor(np.zeros((STEP_ROWS // shards, SEQ), np.int32))
+    step_cell.compile(ids, ids)
+    state = own_state(state, sliced=distributed)
 
-    start = 0
-    if args.resume:
-        # Compile first: under semi-auto parallel the parameters take their slice shapes then.
-        tokens, labels = next(batches(shards, shard, 0))
-        step_cell.compile(Tensor(tokens), Tensor(labels))
-        start = restore(folder, state)
+    start = restore(folder, state) if args.resume else 0
     data = batches(shards, shard, start)
     print(
         f"rank {rank}: steps {start} -> {args.steps}, {STEP_ROWS} sequences of {SEQ} tokens per step",
@@ -295,28 +428,46 @@ def main():
             schedule=schedule(wait=1, active=args.profile, repeat=1),
             on_trace_ready=tensorboard_trace_handler(str(folder / "profile")),
         )
-    log_path = folder / "log.csv"
-    with open_log(log_path, start if args.resume else None) as log_file:
+    log_file, skipped_total = open_log(
+        folder / "log.csv", start if args.resume else None
+    )
+    with log_file:
         log = csv.writer(log_file)
         for step in range(start + 1, args.steps + 1):
             tokens, labels = next(data)
             began = time.perf_counter()
-            loss, norm, lr = step_cell(Tensor(tokens), Tensor(labels))
-            loss = float(loss.asnumpy()) / MICRO_BATCHES
+            loss, norm, lr, skipped = step_cell(Tensor(tokens), Tensor(labels))
+            # The mean over the global batch; the other stages hold no loss.
+            loss = float(loss.asnumpy()) / MICRO_BATCHES if last_stage else None
             took = time.perf_counter() - began
             loss_scale = 1.0
+            skipped = int(skipped.asnumpy())
+            skipped_total += skipped
+            norm, lr = norm.asnumpy().item(), lr.asnumpy().item()
+            tokens_per_s = STEP_ROWS * SEQ / took
+            perplexity = None if loss is None else float(np.exp(loss))
             row = (
                 step,
                 loss,
-                float(np.exp(loss)),
-                lr.asnumpy().item(),
+                perplexity,
+                lr,
+                norm,
                 loss_scale,
-                norm.asnumpy().item(),
-                STEP_ROWS * SEQ / took,
+                skipped,
+                tokens_per_s,
                 took,
             )
-            log.writerow(f"{v:.6g}" if isinstance(v, float) else v for v in row)
+            log.writerow(
+                "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
+                for v in row
+            )
             log_file.flush()
+            if prints and (step % LOG_EVERY == 0 or step == start + 1):
+                print(
+                    f"step {step}: loss {loss:.4f}, lr {lr:.3g}, grad_norm {norm:.3g}, loss scale {loss_scale:g}, "
+                    f"{tokens_per_s / world:.0f} tokens/s per device, {skipped_total} skipped",
+                    flush=True,
+                )
             if profiler is not None:
                 profiler.step()
             if step % CHECKPOINT_EVERY == 0 or step == args.steps:

@@ -9,11 +9,13 @@ the layer. Shard strategies are logical (whole-model) shapes split per mesh axis
 they take effect under semi-auto parallel and are ignored stand-alone.
 """
 
-from functools import cache
+from functools import cache, wraps
 
+import mindspore as ms
 import numpy as np
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, lazy_inline, nn, ops
 from mindspore.common import dtype as mstype
+from mindspore.communication import GlobalComm
 from mindspore.common.initializer import Normal, initializer
 from mindspore.ops.auto_generate import SiLU
 
@@ -31,6 +33,27 @@ def ones(shape):
 
 def zeros(shape):
     return Parameter(initializer("zeros", shape, PARAM_DTYPE))
+
+
+def lazy_inline_on_ascend(init):
+    """`@lazy_inline` on the network's __init__ when it runs distributed on Ascend.
+
+    Each micro-batch would otherwise unroll a copy of the network into the step's
+    graph; lazy-inlined, it is compiled once. The 2.10 docstring (graph/lazy_inline.py)
+    recommends it for gradient accumulation and pipelines, on the outermost cell only,
+    on Ascend only: the CPU backend cannot run a lazy-inlined cell in a gradient graph,
+    and mindformers leaves it off stand-alone (version_control.py, get_lazy_inline).
+    Elsewhere __init__ runs as written."""
+    inlined = lazy_inline(init)
+
+    @wraps(init)
+    def init_network(self, *args, **kwargs):
+        if ms.get_context("device_target") == "Ascend" and GlobalComm.INITED:
+            inlined(self, *args, **kwargs)
+        else:
+            init(self, *args, **kwargs)
+
+    return init_network
 
 
 class Embedding(nn.Cell):
@@ -271,6 +294,7 @@ class Decoder(nn.Cell):
 class TinyLlama(nn.Cell):
     """The network: (tokens, labels) -> mean next-token loss."""
 
+    @lazy_inline_on_ascend
     def __init__(self):
         super().__init__()
         self.emb = Embedding(256, 64, gather=((2, 1), (2, 1)))

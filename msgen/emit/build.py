@@ -141,6 +141,7 @@ def train_spec(plan: Plan) -> TrainSpec:
         checkpoint_keep=t.checkpoint.keep if t.checkpoint else 5,
         data=t.data,
         seed=t.seed,
+        log_every=t.log_every,
     )
 
 

@@ -157,6 +157,7 @@ class TrainSpec:
     checkpoint_keep: int = 5
     data: str | None = None  # MindRecord path; none: only --synthetic runs
     seed: int = 0
+    log_every: int = 10  # steps between console lines
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,16 @@ class ModelContext:
         return camel(self.name)
 
     @property
-    def pipeline_interleave(self) -> bool:
-        """MindSpore's interleaved pipeline path: interleaved 1F1B, and gpipe (which
-        MindSpore schedules only there). It needs each layer's copies to share one
-        graph (lazy_inline)."""
-        return self.pp > 1 and self.schedule in ("interleaved", "gpipe")
+    def lazy_inline(self) -> bool:
+        """Micro-batches unroll the network once each into the step's graph (pipeline or
+        gradient accumulation): on Ascend the network is compiled once instead."""
+        return self.pp > 1 or self.micro_batches > 1
+
+    @property
+    def data_parallel(self) -> bool:
+        """Only the batch is split (tp = pp = 1, zero = 0): MindSpore's data-parallel
+        mode, which its CPU build also runs under msrun; anything else is semi-auto."""
+        return self.tp == 1 and self.pp == 1 and self.train.zero == 0
 
     def layer(self, name: str) -> LayerSpec:
         return next(layer for layer in self.layers if layer.name == name)

@@ -42,7 +42,8 @@ KEYS = {
     "pipeline": {"micro_batches": False, "schedule": False, "split": False},
     "train": {"micro_batch": True, "global_batch": True, "optimizer": True, "schedule": True,
               "zero": False, "loss_scale": False, "grad_clip": False, "master_weights": False,
-              "grad_dtype": False, "checkpoint": False, "data": False, "seed": False},
+              "grad_dtype": False, "checkpoint": False, "data": False, "seed": False,
+              "log_every": False},
     "budget": {"device_memory": False},
 }  # fmt: skip
 
@@ -306,7 +307,7 @@ class Lowering:
         values: dict = {}
         for key, stmt in stmts.items():
             v = stmt.value
-            if key in ("micro_batch", "global_batch"):
+            if key in ("micro_batch", "global_batch", "log_every"):
                 values[key] = ev.dim(v, key)
             elif key in ("zero", "seed"):
                 values[key] = ev.integer(v, key)

@@ -152,6 +152,7 @@ class Train(Block):
     checkpoint: Checkpoint | None = None
     data: str | None = None
     seed: int = 0
+    log_every: int = 10  # steps between console lines (log.csv has every step)
 
 
 class Budget(Block):

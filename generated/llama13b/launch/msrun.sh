@@ -10,6 +10,8 @@
 #
 # usage: launch/msrun.sh NODE_RANK [train.py arguments...]
 #
+# MASTER_ADDR and MASTER_PORT, when set, replace the spec's master (192.168.1.10:8118),
+# e.g. to run on another host, or two runs side by side on one.
 # Logs go to output/msrun_log/ under the current directory.
 
 set -euo pipefail
@@ -38,6 +40,6 @@ out_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 
 exec msrun --bind_core=True \
     --worker_num=16 --local_worker_num=8 \
-    --master_addr=192.168.1.10 --master_port=8118 --node_rank="$NODE_RANK" \
+    --master_addr="${MASTER_ADDR:-192.168.1.10}" --master_port="${MASTER_PORT:-8118}" --node_rank="$NODE_RANK" \
     --log_dir=output/msrun_log --join=True --cluster_time_out=600 \
     "$out_dir/train.py" "$@"
