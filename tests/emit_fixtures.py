@@ -12,7 +12,8 @@ for the paths those leave out (pp = 1, flash asked for, attention dropout, swigl
 tanh gelu, a constant operand, untied output layer with bias, dynamic loss scale,
 MindRecord data, no device_ips) and tests/specs/tiny_interleaved.msl (the interleaved
 pipeline schedule: 4 layers over pp = 2 stages of 2 chunks; a fixed loss scale; fusion
-ids on network parameters and bucketed layer parameters).
+ids on network parameters and bucketed layer parameters); tests/specs/tiny_dp.msl is
+the data-parallel mesh that test_multirank.py trains under msrun.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ SPECS = {
     "tiny_llama": ROOT / "specs" / "tiny_llama.msl",
     "tiny_mixed": ROOT / "tests" / "specs" / "tiny_mixed.msl",
     "tiny_interleaved": ROOT / "tests" / "specs" / "tiny_interleaved.msl",
+    "tiny_dp": ROOT / "tests" / "specs" / "tiny_dp.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }

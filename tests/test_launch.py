@@ -229,7 +229,14 @@ def run_script(tmp_path: Path, name: str, *args: str, fail_rank="", slow="0", en
         "FAIL_RANK": fail_rank,
         "SLOW": slow,
     }
-    for leaked in ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "RANK_TABLE_FILE", "MASTER_ADDR", "MASTER_PORT"):
+    for leaked in (
+        "RANK_ID",
+        "DEVICE_ID",
+        "RANK_SIZE",
+        "RANK_TABLE_FILE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ):
         env.pop(leaked, None)
     env.update(given)
     result = subprocess.run(

@@ -1,0 +1,171 @@
+"""A data-parallel mesh trained as real processes: the compiled tree's own launch/msrun.sh
+starts two CPU workers (MindSpore's CPU build runs data-parallel mode under msrun; it
+refuses semi-auto parallel, see test_parallel_audit.py for what runs there).
+
+tests/specs/tiny_dp.msl (dp = 2, micro_batches 2, full recompute, dynamic loss scale,
+no dropout) is trained STEPS steps under msrun on synthetic data and on a small
+MindRecord, and stand-alone on the same global batches. Then:
+- each rank reads its own half of every step's sequences, which together are the
+  stand-alone step's;
+- after the run both ranks' weights are bit-identical, moved from their initial values,
+  and equal the stand-alone run's within 1e-4, and so do the losses and the gradient
+  norms each rank logs;
+- `--resume` on every rank from the middle checkpoint continues exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.emit_fixtures import SPECS, compile_spec, load
+
+STEPS, RESUME_FROM = 4, 2  # tiny_dp checkpoints every 2 steps
+DATA_ROWS = 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environment() -> dict[str, str]:
+    # No compile cache: a data-parallel graph loaded from it computed other gradients.
+    bin_dir = str(Path(sys.executable).parent)  # msrun and python of this environment
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GLOG_v": "3"}
+
+
+def msrun(folder: Path, output: str, *args: str) -> None:
+    """launch/msrun.sh 0 on this host, a free port, as a user would run it."""
+    env = {**environment(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    cmd = ["bash", "launch/msrun.sh", "0", "--output", output, *args]
+    result = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    logs = "".join(
+        f"--- {log.name}\n{log.read_text()[-3000:]}"
+        for log in sorted((folder / "output" / "msrun_log").glob("worker_*.log"))
+    )
+    assert result.returncode == 0, f"msrun {' '.join(args)} failed:\n{result.stdout[-2000:]}{logs}"
+
+
+def standalone(folder: Path, output: str, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "train.py", "--standalone", "--output", output, *args]
+    return subprocess.Popen(
+        cmd,
+        cwd=folder,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def log_rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def checkpoint(path: Path) -> dict[str, np.ndarray]:
+    import mindspore as ms
+
+    return {name: p.asnumpy() for name, p in ms.load_checkpoint(str(path)).items()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """One folder with the compiled tree, its MindRecord, and these outputs (each with
+    rank_<r>/): msrun_synthetic, msrun_data, alone_synthetic, alone_data, resumed."""
+    from mindspore.mindrecord import FileWriter
+
+    root = tmp_path_factory.mktemp("multirank")
+    folder = compile_spec(SPECS["tiny_dp"], root / "out")
+    writer = FileWriter(str(folder / "train.mindrecord"), shard_num=1)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
+    rows = np.random.default_rng(7).integers(0, 256, (DATA_ROWS, 33), np.int32)
+    writer.write_raw_data([{"input_ids": r} for r in rows])
+    writer.commit()
+
+    steps = ("--steps", str(STEPS))
+    alone = [
+        standalone(folder, "alone_synthetic", "--synthetic", *steps),
+        standalone(folder, "alone_data", *steps),
+    ]
+    msrun(folder, "msrun_synthetic", "--synthetic", *steps)
+    msrun(folder, "msrun_data", *steps)
+    for proc in alone:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+    # As if the data run had died after its checkpoint at RESUME_FROM.
+    shutil.copytree(folder / "msrun_data", folder / "resumed")
+    for rank in (0, 1):
+        (folder / "resumed" / f"rank_{rank}" / f"step_{STEPS:08d}.ckpt").unlink()
+    msrun(folder, "resumed", "--resume", *steps)
+    return folder
+
+
+@pytest.mark.parametrize("data", ["synthetic", "data"])
+def test_ranks_train_as_one_standalone_run(runs, data):
+    import mindspore as ms
+
+    ranks = [
+        checkpoint(runs / f"msrun_{data}" / f"rank_{r}" / f"step_{STEPS:08d}.ckpt") for r in (0, 1)
+    ]
+    alone = checkpoint(runs / f"alone_{data}" / "rank_0" / f"step_{STEPS:08d}.ckpt")
+    assert set(ranks[0]) == set(ranks[1]) == set(alone)
+    for name in ranks[0]:
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)
+        np.testing.assert_allclose(ranks[0][name], alone[name], atol=1e-4, err_msg=name)
+
+    train = load(runs, "train")
+    model = load(runs, "model")
+    ms.set_seed(train.SEED)
+    initial = {p.name: p.asnumpy() for p in model.TinyDp().get_parameters()}
+    assert set(initial) <= set(ranks[0])
+    moved = [name for name in initial if not np.allclose(initial[name], ranks[0][name])]
+    assert len(moved) == len(initial), sorted(set(initial) - set(moved))
+
+    alone_log = log_rows(runs / f"alone_{data}" / "rank_0" / "log.csv")
+    for rank in (0, 1):
+        log = log_rows(runs / f"msrun_{data}" / f"rank_{rank}" / "log.csv")
+        assert [int(r["step"]) for r in log] == list(range(1, STEPS + 1))
+        for mine, theirs in zip(log, alone_log, strict=True):
+            for key in ("loss", "grad_norm", "lr", "loss_scale"):
+                assert float(mine[key]) == pytest.approx(float(theirs[key]), abs=1e-4), key
+            assert mine["skipped"] == "0"
+    losses = [float(r["loss"]) for r in alone_log]
+    assert losses[-1] < losses[0]
+
+
+def test_each_rank_reads_its_half_of_the_steps_sequences(runs):
+    train = load(runs, "train")
+    train.DATA = str(runs / "train.mindrecord")
+    for batches in (train.synthetic_batches, train.mindrecord_batches):
+        for start in (0, 2, 5):  # 5: past the first epoch of 24 // 8 = 3 steps
+            whole, _ = next(batches(1, 0, start))
+            halves = [next(batches(2, shard, start))[0] for shard in (0, 1)]
+            assert all(h.shape == (train.STEP_ROWS // 2, train.SEQ) for h in halves)
+            np.testing.assert_array_equal(np.concatenate(halves), whole)
+            assert not {tuple(r) for r in halves[0]} & {tuple(r) for r in halves[1]}
+
+
+def test_resume_on_every_rank_continues_exactly(runs):
+    for rank in (0, 1):
+        resumed = runs / "resumed" / f"rank_{rank}"
+        whole = runs / "msrun_data" / f"rank_{rank}"
+        rows, expected = log_rows(resumed / "log.csv"), log_rows(whole / "log.csv")
+        assert [int(r["step"]) for r in rows] == list(range(1, STEPS + 1))
+        keys = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
+        assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in expected]
+        last = f"step_{STEPS:08d}.ckpt"
+        got, want = checkpoint(resumed / last), checkpoint(whole / last)
+        assert set(got) == set(want)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
