@@ -37,7 +37,7 @@ import pytest
 from tests.emit_fixtures import BIG, ROOT, TINY, compiled, load, network_class, plan, plan_json
 
 GENERATED = sorted((ROOT / "generated").glob("*/*.py"))
-COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved")  # tests/specs/*.msl (others: generated/)
+COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp")  # tests/specs/*.msl
 
 
 # API check --------------------------------------------------------------------------
