@@ -102,18 +102,7 @@ class WarmupCosine(LearningRateSchedule):
         return ops.select(step < WARMUP, warm, cosine)
 
 
-@adamw_update.register(
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Tensor",
-    "Bool",
-)
+@adamw_update.register(*["Tensor"] * 10, "Bool")
 def _adamw_update(
     beta1, beta2, eps, lr, step, weight_decay, param, m, v, grad, optim_filter
 ):
