@@ -62,6 +62,36 @@ class Saved:
 
 
 @dataclass(frozen=True)
+class Work:
+    """The forward work of one run of an op over its logical (whole-model) tensors,
+    per micro-batch: matrix multiplies as FLOPs (2mnk), the rest as the bytes its
+    memory-bound kernels read and write (elementwise, norms, softmax)."""
+
+    matmul_flops: int = 0  # model FLOPs: Korthikanti's convention, causal attention whole
+    kernel_flops: int = 0  # what the kernels compute (a causal flash kernel skips half)
+    memory_bytes: int = 0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(
+            self.matmul_flops + other.matmul_flops,
+            self.kernel_flops + other.kernel_flops,
+            self.memory_bytes + other.memory_bytes,
+        )
+
+    def __mul__(self, n: int) -> Work:
+        return Work(self.matmul_flops * n, self.kernel_flops * n, self.memory_bytes * n)
+
+
+def matmul(flops: int) -> Work:
+    """A matrix multiply the kernel computes in full."""
+    return Work(matmul_flops=flops, kernel_flops=flops)
+
+
+def tensor_bytes(t: Tensor) -> int:
+    return prod(t.shape) * t.itemsize
+
+
+@dataclass(frozen=True)
 class Layout:
     """How an op runs: the split each input must have (an implicit
     redistribution goes in front when the producer gave another), its
@@ -143,6 +173,24 @@ class OpDef:
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""
         return []
+
+    def work(self, node: OpNode, inputs: list[Tensor], output: Tensor, ctx: Context) -> Work:
+        """Forward work. Default: memory-bound, reading every input and writing the output."""
+        return Work(memory_bytes=sum(map(tensor_bytes, inputs)) + tensor_bytes(output))
+
+    def backward_collectives(
+        self, node: OpNode, inputs: list[Tensor], layout: Layout, ctx: Context
+    ) -> tuple[Collective, ...]:
+        """What backward communicates. Default: nothing (an elementwise op's
+        gradient is as split as its output's; a forward AllReduce of a partial sum
+        leaves a whole gradient that needs none)."""
+        return ()
+
+    def backward_work(self, forward: Work) -> Work:
+        """Backward: each matmul twice over (the input and the weight gradients), and
+        twice the forward's memory traffic (read the saved tensors and the incoming
+        gradient, write the outgoing one)."""
+        return forward * 2
 
 
 def align(split: Split, shape: tuple[int, ...]) -> Split:
