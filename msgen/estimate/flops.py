@@ -67,7 +67,7 @@ def step_flops(plan: Plan) -> StepFlops:
         rerun = set(recomputed(plan.graph(name), spec.recompute.get(name)))
         for of in graph_ops(plan, name):
             fwd = op_work(of, ctx)
-            bwd = OPS[of.node.kind].backward_work(fwd)
+            bwd = OPS[of.node.kind].backward_work(of.node, fwd)
             model += copies * (fwd.matmul_flops + bwd.matmul_flops)
             again = fwd.kernel_flops if of.node.name in rerun else 0
             hardware += copies * (fwd.kernel_flops + bwd.kernel_flops + again)

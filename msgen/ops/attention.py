@@ -123,3 +123,13 @@ class Attention(OpDef):
         if node.args.get("dropout"):
             through_memory += scores * (2 * item + 1)
         return Work(flops, flops, io + through_memory)
+
+    def backward_work(self, node, forward):
+        """Twice the forward's matmuls (model FLOPs); the flash kernel recomputes
+        the scores as well, 5 matmuls for the forward's 2 (FlashAttention-2). The
+        scores' memory traffic without flash: dropout, softmax and the two
+        matmuls' gradients go through them twice as often as forward."""
+        kernel = (
+            forward.kernel_flops * 5 // 2 if node.args.get("flash") else 2 * forward.kernel_flops
+        )
+        return Work(2 * forward.matmul_flops, kernel, 2 * forward.memory_bytes)

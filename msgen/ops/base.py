@@ -46,6 +46,7 @@ class Collective:
     elements: int  # logical elements of the tensor it moves (per micro-batch)
     what: str
     operand: int | None = None  # an AllGather of this input is the op's own, not implicit
+    blocking: bool = False  # backward: the op's matmuls wait for it (none can hide it)
 
 
 @dataclass(frozen=True)
@@ -186,11 +187,13 @@ class OpDef:
         leaves a whole gradient that needs none)."""
         return ()
 
-    def backward_work(self, forward: Work) -> Work:
-        """Backward: each matmul twice over (the input and the weight gradients), and
-        twice the forward's memory traffic (read the saved tensors and the incoming
-        gradient, write the outgoing one)."""
-        return forward * 2
+    def backward_work(self, node: OpNode, forward: Work) -> Work:
+        """Backward: each matmul twice over (the input and the weight gradients);
+        a memory-bound op reads its saved input and the incoming gradient and
+        writes the outgoing one: three tensors where forward moved two."""
+        return Work(
+            2 * forward.matmul_flops, 2 * forward.kernel_flops, forward.memory_bytes * 3 // 2
+        )
 
 
 def align(split: Split, shape: tuple[int, ...]) -> Split:

@@ -111,6 +111,9 @@ class Add(_Binary):
     symbol = "+"
     args = (Arg("a", "tensor"), Arg("b", "tensor"))
 
+    def backward_work(self, node, forward):
+        return Work()  # the gradient passes to both operands as it is
+
 
 class Mul(_Binary):
     name = "mul"

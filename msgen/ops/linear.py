@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from math import prod
 
 from msgen.ops.base import (
@@ -122,7 +123,8 @@ class Linear(OpDef):
             out.append(Collective("AllReduce", w_out, elements, "input gradient"))
         for c in layout.collectives:
             if c.kind == "ReduceScatter":
-                out.append(Collective("AllGather", c.axes, c.elements, "output gradient"))
+                gather = Collective("AllGather", c.axes, c.elements, "output gradient")
+                out.append(dataclasses.replace(gather, blocking=True))
         return tuple(out)
 
     def work(self, node, inputs, output, ctx):
