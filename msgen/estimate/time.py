@@ -36,8 +36,8 @@ from msgen.estimate.flops import (
     tokens_per_step,
 )
 from msgen.estimate.memory import Estimate, precision, slice_shape
-from msgen.ops import OPS
 from msgen.ir.models import Spec
+from msgen.ops import OPS
 from msgen.ops.base import Collective, Context, Layout, Work
 from msgen.plan import Plan
 
