@@ -111,3 +111,52 @@ def test_removing_recompute_never_slows_the_step(mode, mesh):
     without = timed(checked(text, ["recompute.decoder=none"]))
     assert without.step_s < with_recompute.step_s
     assert without.flops.model == with_recompute.flops.model
+
+
+# the time section of `msgen estimate` -------------------------------------------
+
+TIME_KEYS = {"step_s", "tokens_per_s_per_device", "mfu", "hfu", "model_flops_per_step",
+             "hardware_flops_per_step", "stages"}  # fmt: skip
+STAGE_TERMS = {"compute_s", "tp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "optimizer_s"}
+ALL_SPECS = sorted((ROOT / "specs").glob("*.msl")) + sorted(VALIDATION.glob("*.msl"))
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda p: p.name)
+def test_estimate_json_has_the_time_of_every_spec(spec, capsys):
+    from msgen.cli import main
+
+    main(["estimate", str(spec), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    t = doc["time"]
+    assert TIME_KEYS <= set(t)
+    assert len(t["stages"]) == doc["mesh"]["pp"]
+    for stage in t["stages"]:
+        assert STAGE_TERMS <= set(stage)
+        assert stage["total_s"] <= t["step_s"] * (1 + 1e-12)
+    assert t["step_s"] == max(s["total_s"] for s in t["stages"])
+    assert t["model_flops_per_step"] > 0 and 0 < t["mfu"] < 1
+
+
+def test_estimate_text_shows_the_time_section(capsys):
+    from msgen.cli import main
+
+    main(["estimate", str(VALIDATION / "llama2_7b_mindspeed.msl")])
+    out = capsys.readouterr().out
+    assert "tokens/s per device, MFU" in out
+    assert "decoder, one copy, one micro-batch: forward" in out
+    for term in ("compute", "tp comm", "pp comm", "bubble", "dp comm", "optimizer"):
+        assert term in out
+
+
+def test_check_and_compile_do_not_run_the_time_model(tmp_path):
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from msgen.cli import main; "
+        f"main(['check', {str(ROOT / 'specs' / 'gpt7b.msl')!r}]); "
+        f"main(['compile', {str(ROOT / 'specs' / 'tiny.msl')!r}, '-o', {str(tmp_path)!r}]); "
+        "print('msgen.estimate.time' in sys.modules)"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert run.stdout.strip().splitlines()[-1] == "False", run.stderr
