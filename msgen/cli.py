@@ -60,6 +60,13 @@ def cmd_estimate(args) -> int:
     return estimate_command(result, args)
 
 
+def cmd_plan(args) -> int:
+    from msgen.estimate.plan_report import plan_command
+
+    result = _analyze(args.file, args.error_format)
+    return plan_command(result, args)
+
+
 def cmd_compile(args) -> int:
     from msgen.emit.command import compile_command
 
@@ -118,6 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--svg", metavar="FILE", help="also draw the stages as a stacked-bar SVG")
     p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
                    help="what-if: change a value for this run, e.g. --set mesh.tp=4")  # fmt: skip
+
+    p = spec_command("plan", "search the parallel layouts that fit, ranked by predicted speed",
+                     cmd_plan)  # fmt: skip
+    p.add_argument("--top", type=int, default=5, metavar="K", help="how many plans (default 5)")
+    p.add_argument("--json", action="store_true", help="print the search as JSON")
+    p.add_argument("--objective", choices=("time", "memory"), default="time",
+                   help="rank by predicted step time (default) or by peak memory")  # fmt: skip
 
     p = spec_command("compile", "generate the MindSpore training tree", cmd_compile)
     p.add_argument("-o", "--output", required=True, metavar="DIR",

@@ -118,7 +118,7 @@ def train_spec(plan: Plan) -> TrainSpec:
         steps, min_lr = warmup + 1, opt["lr"]  # a cosine from lr to lr is flat
     else:
         steps, min_lr = int(sched.get("steps", warmup + 1)), float(sched.get("min_lr", 0.0))
-    loss_scale = t.loss_scale or ("dynamic" if plan.spec.model.dtype == "fp16" else "none")
+    loss_scale = plan.spec.loss_scale
     scale_value = 1.0
     if loss_scale not in ("dynamic", "none"):  # a fixed number (MSL512: positive)
         loss_scale, scale_value = "static", float(loss_scale)

@@ -13,7 +13,8 @@ JSON schema (bytes are per device, GiB = 2^30; `--json` prints it):
        slices, before ZeRO), weights_bytes, grads_bytes, accumulation_bytes,
        optimizer_bytes, activation_bytes_per_layer, in_flight_micro_batches,
        activations_bytes, other_activations_bytes, logits_bytes, hccl_bytes,
-       total_bytes, headroom_bytes, fits}]
+       total_bytes, headroom_bytes, fits}],
+    time (the step-time model; msgen.estimate.time_report has its schema)
 
 `activation_bytes_per_layer` is the stage's per-micro-batch layer activations
 over its layers: exact with one layer kind on the stage (`layer_kinds` has each
@@ -134,7 +135,8 @@ def verdict(stage: StageMemory) -> str:
     return f"fits, {gib(spare)} GiB spare"
 
 
-def render_text(est: Estimate, overrides: list[str] = ()) -> str:
+def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()) -> str:
+    """The whole report; `timing` (the time section's lines) goes before the verdict."""
     prec = est.precision
     mesh = est.mesh
     device = est.device
@@ -164,6 +166,8 @@ def render_text(est: Estimate, overrides: list[str] = ()) -> str:
         lines.append(f"  budget: {gib(est.budget_bytes)} GiB per device ({source})")
     for stage in est.stages:
         lines += [""] + stage_table(est, stage)
+    if timing:
+        lines += [""] + list(timing)
     lines.append("")
     over = [s.stage for s in est.stages if not s.fits]
     if not over:
@@ -292,16 +296,23 @@ def estimate_command(result, args) -> int:
         d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
     ):
         return EXIT_ERRORS
-    est = estimate(Plan(result.spec, result.facts))
+    from msgen.estimate.time import step_time
+    from msgen.estimate.time_report import render_time, time_json
+
+    plan = Plan(result.spec, result.facts)
+    est = estimate(plan)
+    timing = step_time(plan, est)
     if args.json:
-        sys.stdout.write(json.dumps(estimate_json(est), indent=2) + "\n")
+        report = estimate_json(est)
+        report["time"] = time_json(timing) if timing else None
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
-        sys.stdout.write(render_text(est, args.set))
+        sys.stdout.write(render_text(est, args.set, render_time(timing) if timing else ()))
     if args.svg:
         from msgen.estimate.svg import render_svg
 
         try:
-            write_atomic(Path(args.svg), render_svg(est))
+            write_atomic(Path(args.svg), render_svg(est, timing))
         except OSError as exc:
             raise UsageError(f"cannot write {args.svg}: {exc.strerror or exc}") from exc
     return EXIT_OK if est.fits else EXIT_ERRORS

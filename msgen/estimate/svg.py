@@ -1,5 +1,7 @@
 """`msgen estimate --svg`: one stacked bar per pipeline stage, the budget as a
-line, the fragmentation headroom hatched on top of each stack.
+line, the fragmentation headroom hatched on top of each stack; with the
+step-time model, its summary under the title and each stage's time terms on
+its label (hover).
 
 Plain SVG text built from the estimate alone: the same estimate gives the same
 bytes.
@@ -12,6 +14,8 @@ from math import floor, log10
 
 from msgen.estimate.memory import Estimate, GiB
 from msgen.estimate.report import ROWS, gib
+from msgen.estimate.time import StepTime
+from msgen.estimate.time_report import TERMS, seconds, summary
 
 COLORS = {
     "weights_bytes": "#4e79a7",
@@ -38,7 +42,7 @@ def f(x: float) -> str:
     return f"{x:.1f}"
 
 
-def render_svg(est: Estimate) -> str:
+def render_svg(est: Estimate, timing: StepTime | None = None) -> str:
     stages = est.stages
     slot = max(14, min(80, 640 // len(stages)))
     bar = slot * 0.7
@@ -64,6 +68,8 @@ def render_svg(est: Estimate) -> str:
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
         f'<text x="{LEFT}" y="24" font-size="15" font-weight="bold">{escape(title)}</text>',
     ]
+    if timing is not None:
+        out.append(f'<text x="{LEFT}" y="40" font-size="11">{escape(summary(timing))}</text>')
     tick = 0.0
     while tick <= top:
         ty = f(y(tick))
@@ -98,9 +104,14 @@ def render_svg(est: Estimate) -> str:
             "</rect>"
         )
         if i % label_every == 0:
+            terms = ""
+            if timing is not None:
+                st = timing.stages[i]
+                parts = ", ".join(f"{name} {seconds(getattr(st, key))}" for key, name in TERMS)
+                terms = f"<title>stage {s.stage}: {escape(parts)}</title>"
             out.append(
                 f'<text x="{f(x + bar / 2)}" y="{TOP + PLOT_H + 16}" '
-                f'text-anchor="middle">{s.stage}</text>'
+                f'text-anchor="middle">{terms}{s.stage}</text>'
             )
     out.append(
         f'<line x1="{LEFT}" y1="{TOP + PLOT_H}" x2="{LEFT + plot_w}" y2="{TOP + PLOT_H}" '

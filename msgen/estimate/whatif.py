@@ -80,7 +80,7 @@ def apply(spec: Spec, settings: dict) -> Spec | None:
     train["zero"] = settings.get("zero", spec.train.zero)
     pipeline: dict[str, object] = {"micro_batches": micro_batches}
     if "schedule" in settings:
-        pipeline.update(schedule=settings["schedule"], chunks=1)
+        pipeline.update(schedule=settings["schedule"], chunks=settings.get("chunks", 1))
     recompute = dict(spec.recompute)
     for key, value in settings.items():
         if key.startswith("recompute."):

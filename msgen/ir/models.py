@@ -179,6 +179,11 @@ class Spec(BaseModel):
     block_spans: dict[str, Span] = Field(default_factory=dict)
 
     @property
+    def loss_scale(self) -> str:
+        """`train.loss_scale` as written, else its default: dynamic for fp16, none otherwise."""
+        return self.train.loss_scale or ("dynamic" if self.model.dtype == "fp16" else "none")
+
+    @property
     def micro_batches(self) -> int:
         if self.pipeline.micro_batches is not None:
             return self.pipeline.micro_batches

@@ -7,7 +7,16 @@ whole groups. Output is [batch, seq, heads * head_dim].
 
 from __future__ import annotations
 
-from msgen.ops.base import Arg, Layout, OpDef, OpError, Saved, out_declared
+from msgen.ops.base import (
+    Arg,
+    Layout,
+    OpDef,
+    OpError,
+    Saved,
+    Work,
+    out_declared,
+    tensor_bytes,
+)
 from msgen.ops.linear import without
 
 
@@ -92,3 +101,35 @@ class Attention(OpDef):
             saved.append(Saved(f"{node.name}.mask", scores, split, 1, "internal"))
             saved.append(Saved(f"{node.name}.dropped", scores, split, item, "internal"))
         return saved
+
+    def work(self, node, inputs, output, ctx):
+        """QK^T and PV, 2 * b * heads * s^2 * head_dim FLOPs each. Model FLOPs count
+        the causal half too (Korthikanti); the flash kernel skips the masked blocks.
+        Without flash the scores go through memory: QK^T writes them, softmax reads
+        and writes them, PV reads them (and dropout reads them, writes its output
+        and its 1-byte mask)."""
+        (qkv,) = inputs
+        b, s, _ = qkv.shape
+        scores = b * node.args["heads"] * s * s
+        flops = 2 * scores * head_dim(node, ctx) * 2
+        io = tensor_bytes(qkv) + tensor_bytes(output)
+        if node.args.get("rope"):
+            io += 2 * tensor_bytes(qkv)  # q and k rotated: read and written
+        item = ctx.dtype_bytes
+        if node.args.get("flash"):
+            kernel = flops // 2 if node.args.get("causal") else flops
+            return Work(flops, kernel, io + b * node.args["heads"] * s * 4)  # + fp32 lse
+        through_memory = scores * 4 * item
+        if node.args.get("dropout"):
+            through_memory += scores * (2 * item + 1)
+        return Work(flops, flops, io + through_memory)
+
+    def backward_work(self, node, forward):
+        """Twice the forward's matmuls (model FLOPs); the flash kernel recomputes
+        the scores as well, 5 matmuls for the forward's 2 (FlashAttention-2). The
+        scores' memory traffic without flash: dropout, softmax and the two
+        matmuls' gradients go through them twice as often as forward."""
+        kernel = (
+            forward.kernel_flops * 5 // 2 if node.args.get("flash") else 2 * forward.kernel_flops
+        )
+        return Work(2 * forward.matmul_flops, kernel, 2 * forward.memory_bytes)

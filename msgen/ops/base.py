@@ -46,6 +46,7 @@ class Collective:
     elements: int  # logical elements of the tensor it moves (per micro-batch)
     what: str
     operand: int | None = None  # an AllGather of this input is the op's own, not implicit
+    blocking: bool = False  # backward: the op's matmuls wait for it (none can hide it)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,36 @@ class Saved:
     split: Split
     itemsize: int
     role: str  # input | output | internal
+
+
+@dataclass(frozen=True)
+class Work:
+    """The forward work of one run of an op over its logical (whole-model) tensors,
+    per micro-batch: matrix multiplies as FLOPs (2mnk), the rest as the bytes its
+    memory-bound kernels read and write (elementwise, norms, softmax)."""
+
+    matmul_flops: int = 0  # model FLOPs: Korthikanti's convention, causal attention whole
+    kernel_flops: int = 0  # what the kernels compute (a causal flash kernel skips half)
+    memory_bytes: int = 0
+
+    def __add__(self, other: Work) -> Work:
+        return Work(
+            self.matmul_flops + other.matmul_flops,
+            self.kernel_flops + other.kernel_flops,
+            self.memory_bytes + other.memory_bytes,
+        )
+
+    def __mul__(self, n: int) -> Work:
+        return Work(self.matmul_flops * n, self.kernel_flops * n, self.memory_bytes * n)
+
+
+def matmul(flops: int) -> Work:
+    """A matrix multiply the kernel computes in full."""
+    return Work(matmul_flops=flops, kernel_flops=flops)
+
+
+def tensor_bytes(t: Tensor) -> int:
+    return prod(t.shape) * t.itemsize
 
 
 @dataclass(frozen=True)
@@ -143,6 +174,26 @@ class OpDef:
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""
         return []
+
+    def work(self, node: OpNode, inputs: list[Tensor], output: Tensor, ctx: Context) -> Work:
+        """Forward work. Default: memory-bound, reading every input and writing the output."""
+        return Work(memory_bytes=sum(map(tensor_bytes, inputs)) + tensor_bytes(output))
+
+    def backward_collectives(
+        self, node: OpNode, inputs: list[Tensor], layout: Layout, ctx: Context
+    ) -> tuple[Collective, ...]:
+        """What backward communicates. Default: nothing (an elementwise op's
+        gradient is as split as its output's; a forward AllReduce of a partial sum
+        leaves a whole gradient that needs none)."""
+        return ()
+
+    def backward_work(self, node: OpNode, forward: Work) -> Work:
+        """Backward: each matmul twice over (the input and the weight gradients);
+        a memory-bound op reads its saved input and the incoming gradient and
+        writes the outgoing one: three tensors where forward moved two."""
+        return Work(
+            2 * forward.matmul_flops, 2 * forward.kernel_flops, forward.memory_bytes * 3 // 2
+        )
 
 
 def align(split: Split, shape: tuple[int, ...]) -> Split:

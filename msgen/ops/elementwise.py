@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from msgen.ops.base import Arg, Layout, OpDef, OpError, Saved, align, out_declared, saved_operand
+from math import prod
+
+from msgen.ops.base import (
+    Arg,
+    Layout,
+    OpDef,
+    OpError,
+    Saved,
+    Work,
+    align,
+    out_declared,
+    saved_operand,
+    tensor_bytes,
+)
 
 
 class _Unary(OpDef):
@@ -50,6 +63,11 @@ class Dropout(_Unary):
         # the mask is made at the output's split, one byte per element
         return [Saved(f"{node.name}.mask", output.shape, output.split, 1, "internal")]
 
+    def work(self, node, inputs, output, ctx):
+        (x,) = inputs
+        mask = prod(output.shape) if node.args.get("p") else 0  # one byte per element
+        return Work(memory_bytes=tensor_bytes(x) + tensor_bytes(output) + mask)
+
 
 def broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
     """numpy broadcasting over trailing dims, or None when the shapes disagree."""
@@ -92,6 +110,9 @@ class Add(_Binary):
     name = "add"
     symbol = "+"
     args = (Arg("a", "tensor"), Arg("b", "tensor"))
+
+    def backward_work(self, node, forward):
+        return Work()  # the gradient passes to both operands as it is
 
 
 class Mul(_Binary):

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.ops.base import Arg, Layout, OpDef, Param, Saved, declared, out_declared, partial_sum
+from msgen.ops.base import (
+    Arg,
+    Layout,
+    OpDef,
+    Param,
+    Saved,
+    Work,
+    declared,
+    out_declared,
+    partial_sum,
+    tensor_bytes,
+)
 from msgen.ops.linear import without
 
 
@@ -32,6 +43,11 @@ class Embedding(OpDef):
         (tokens,) = inputs
         # token ids are int32 whatever the compute dtype
         return [Saved(node.inputs[0].name, tokens.shape, tokens.split, 4, "input")]
+
+    def work(self, node, inputs, output, ctx):
+        # a gather: read the token ids and the rows they pick, write the rows
+        (tokens,) = inputs
+        return Work(memory_bytes=tensor_bytes(tokens) + 2 * tensor_bytes(output))
 
 
 class Positions(OpDef):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from math import prod
 
 from msgen.ops.base import (
@@ -12,6 +13,7 @@ from msgen.ops.base import (
     OpError,
     Param,
     declared,
+    matmul,
     out_declared,
     partial_sum,
     replace_last,
@@ -102,6 +104,33 @@ class Linear(OpDef):
 
     def saves(self, node, inputs, output, ctx):
         return [saved_operand(node.inputs[0].name, inputs[0])]
+
+    def backward_collectives(self, node, inputs, layout, ctx):
+        """The input gradient dY . W^T sums over the output dim: split over the
+        weight's output axes (column parallel) it is a partial sum, all-reduced,
+        or reduce-scattered back to the sequence split the forward gathered from,
+        after gathering the saved (split) input again for the weight gradient, as
+        Megatron's sequence parallelism does. A forward ReduceScatter (row
+        parallel under sequence parallelism) gathers the output gradient."""
+        (x,) = inputs
+        elements = prod(x.shape)
+        w_out = layout.output[-1]
+        gathered = [c for c in layout.collectives if c.operand == 0]
+        out = []
+        for g in gathered:
+            out += [g, Collective("ReduceScatter", g.axes, elements, "input gradient")]
+        if w_out and not gathered:
+            out.append(Collective("AllReduce", w_out, elements, "input gradient"))
+        for c in layout.collectives:
+            if c.kind == "ReduceScatter":
+                gather = Collective("AllGather", c.axes, c.elements, "output gradient")
+                out.append(dataclasses.replace(gather, blocking=True))
+        return tuple(out)
+
+    def work(self, node, inputs, output, ctx):
+        # [rows, in] x [in, n]; the bias add is fused into the matmul
+        (x,) = inputs
+        return matmul(2 * prod(x.shape) * node.args["n"])
 
 
 def _axes(axes) -> str:

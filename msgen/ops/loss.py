@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.ops.base import Arg, Collective, Layout, OpDef, OpError, Saved
+from msgen.ops.base import Arg, Collective, Layout, OpDef, OpError, Saved, Work, tensor_bytes
 
 
 class CrossEntropy(OpDef):
@@ -33,3 +33,10 @@ class CrossEntropy(OpDef):
     def saves(self, node, inputs, output, ctx):
         logits, _ = inputs
         return [Saved(f"{node.name}.logits", logits.shape, logits.split, 4, "internal")]
+
+    def work(self, node, inputs, output, ctx):
+        # read the logits and the targets, write the fp32 softmax and read it back
+        logits, tokens = inputs
+        return Work(
+            memory_bytes=tensor_bytes(logits) + tensor_bytes(tokens) + 8 * prod(logits.shape)
+        )

@@ -1,0 +1,110 @@
+"""`msgen plan`: render a layout search (msgen.estimate.planner) as text or JSON.
+
+JSON: {"objective", "searched" (layouts that pass every check but the budget),
+"fitting", "spec": {step_s, peak_bytes, mfu, fits, set}, "plans": [{rank, set
+(every searched key as `--set` takes it, in any order), step_s, peak_bytes,
+headroom_bytes, budget_bytes, mfu, hfu, tokens_per_s_per_device, memory: the
+peak stage's `estimate` rows, time: `estimate`'s time object}], and when
+nothing fits "smallest" (the lowest peak any layout reaches)}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from msgen.estimate.planner import Ranked, Search, search
+from msgen.estimate.report import gib, stage_json
+from msgen.estimate.time_report import seconds, time_json
+from msgen.estimate.whatif import set_args
+
+
+def ranked_json(r: Ranked) -> dict:
+    t = r.time
+    peak = r.estimate.peak
+    return {
+        "set": list(r.layout.sets),
+        "step_s": t.step_s,
+        "peak_bytes": r.peak_bytes,
+        "headroom_bytes": peak.headroom_bytes,
+        "budget_bytes": r.estimate.budget_bytes,
+        "fits": r.estimate.fits,
+        "mfu": t.mfu,
+        "hfu": t.hfu,
+        "tokens_per_s_per_device": t.tokens_per_s_per_device,
+        "memory": stage_json(peak),
+        "time": time_json(t),
+    }
+
+
+def search_json(found: Search, objective: str) -> dict:
+    out: dict = {"objective": objective, "searched": found.searched, "fitting": found.fitting}
+    if found.spec is not None:
+        mine = ranked_json(found.spec)
+        out["spec"] = {k: mine[k] for k in ("step_s", "peak_bytes", "mfu", "fits", "set")}
+    out["plans"] = [{"rank": i + 1, **ranked_json(r)} for i, r in enumerate(found.plans)]
+    if not found.plans and found.smallest is not None:
+        out["smallest"] = ranked_json(found.smallest)
+    return out
+
+
+def describe(r: Ranked) -> str:
+    lay = r.layout
+    rc = ", ".join(f"{layer} {mode}" for layer, mode in lay.recompute)
+    return (
+        f"dp {lay.dp} x tp {lay.tp} x pp {lay.pp}, micro-batch {lay.micro_batch} x "
+        f"{lay.micro_batches}, zero {lay.zero}, recompute {rc}, {lay.schedule}"
+    )
+
+
+def line(r: Ranked) -> str:
+    budget = r.estimate.budget_bytes
+    spare = f", {gib(budget - r.peak_bytes)} GiB spare" if budget is not None else ""
+    return (
+        f"step {seconds(r.time.step_s)}, MFU {r.time.mfu:.1%}, peak {gib(r.peak_bytes)} GiB"
+        f"{spare} (headroom {gib(r.estimate.peak.headroom_bytes)} GiB)"
+    )
+
+
+def render(found: Search, model: str, objective: str) -> str:
+    by = "step time" if objective == "time" else "peak memory"
+    lines = [
+        f"{model}: {found.searched:,} layouts pass every check but the budget; "
+        f"{found.fitting:,} fit; ranked by {by}"
+    ]
+    if found.spec is not None:
+        verdict = "fits" if found.spec_fits else "does NOT fit"
+        lines += ["", f"as written ({verdict}): {line(found.spec)}", f"  {describe(found.spec)}"]
+    for i, r in enumerate(found.plans):
+        lines += ["", f"{i + 1}. {line(r)}", f"   {describe(r)}", f"   {set_args(r.layout.sets)}"]
+    if not found.plans:
+        lines += ["", "nothing fits the budget on these devices."]
+        if found.smallest is not None:
+            s = found.smallest
+            budget = s.estimate.budget_bytes or 1
+            lines.append(
+                f"the smallest peak any layout reaches is {gib(s.peak_bytes)} GiB "
+                f"({s.peak_bytes / budget:.2f} x the budget): {describe(s)}"
+            )
+        lines.append(
+            "what would fit: more devices (more nodes), a smaller global_batch with a "
+            "smaller micro_batch, or a shorter seq"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plan_command(result, args) -> int:
+    from msgen.cli import EXIT_ERRORS, EXIT_OK, UsageError
+
+    if result.spec is None or any(
+        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
+    ):
+        return EXIT_ERRORS
+    if args.top < 1:
+        raise UsageError("--top must be at least 1")
+    found = search(result.spec, result.facts, args.objective, args.top)
+    if args.json:
+        sys.stdout.write(json.dumps(search_json(found, args.objective), indent=2) + "\n")
+    else:
+        sys.stdout.write(render(found, result.spec.model.name, args.objective))
+    return EXIT_OK if found.plans else EXIT_ERRORS

@@ -1,0 +1,404 @@
+"""Step time per pipeline stage, from the op graph and the device catalogue.
+
+Per micro-batch, every op on a stage costs its per-device work (msgen.ops
+`work`, divided over the devices sharing it): matmul FLOPs at the device's peak
+times a calibrated efficiency, memory-bound bytes at its HBM bandwidth times
+another, and a fixed overhead per kernel (which is what makes small ops
+inefficient). Backward is each op's `backward_work`; recompute reruns the
+forward (compute and collectives) of the ops it recomputes. Collectives are
+ring-costed on the tier their group spans (all-reduce 2(n-1)/n of the bytes,
+all-gather and reduce-scatter (n-1)/n, plus a latency per step); the device's
+`tp_overlap` share of the tensor-parallel ones hides behind the matmuls.
+Pipeline sends go once forward and once backward per micro-batch and chunk.
+
+A stage's work is its micro-batches' time; the slowest stage sets the pace,
+the schedule adds its bubble ((p - 1)/m of that, divided by the chunks when
+interleaved), and after the last backward come the data-parallel gradient
+reduction (the device's `dp_overlap` share hidden behind that backward, ZeRO's
+weight gathers not) and the optimizer step, memory-bound. Step time is the
+latest stage to finish. Every term is kept, so a report can show why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from msgen.checks.facts import OpFacts, context
+from msgen.estimate.devices import Device, Link
+from msgen.estimate.flops import (
+    StepFlops,
+    graph_ops,
+    op_work,
+    recomputed,
+    sharing,
+    step_flops,
+    tokens_per_step,
+)
+from msgen.estimate.memory import Estimate, precision, slice_shape
+from msgen.ir.models import Spec
+from msgen.ops import OPS
+from msgen.ops.base import Collective, Context, Layout, Work
+from msgen.plan import Plan
+
+RING_STEPS = {"AllReduce": 2, "AllGather": 1, "ReduceScatter": 1}
+
+
+# one op -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Seconds per micro-batch on one device, split by what they are."""
+
+    compute: float = 0.0
+    tp_comm: float = 0.0  # all of it; the hidden share is taken at the stage
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.compute + other.compute, self.tp_comm + other.tp_comm)
+
+    def __mul__(self, n: float) -> Cost:
+        return Cost(self.compute * n, self.tp_comm * n)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the model needs to know about where a spec runs."""
+
+    device: Device
+    matmul_flops: float  # at the spec's compute dtype
+    per_node: int
+    sizes: dict[str, int]
+
+    def kernel_time(self, work: Work, share: int, kernels: int) -> float:
+        """`work` spread over `share` devices, run as `kernels` kernels."""
+        cal = self.device.calibration
+        return (
+            work.kernel_flops / share / (self.matmul_flops * cal.matmul_efficiency)
+            + work.memory_bytes / share / (self.device.hbm_bandwidth * cal.memory_efficiency)
+            + kernels * cal.kernel_overhead
+        )
+
+    def link(self, span: int) -> Link:
+        """The tier a group of consecutive-stride ranks spanning `span` ranks uses."""
+        return self.device.intra if span <= self.per_node else self.device.inter
+
+    def collective_time(self, kind: str, group_bytes: float, n: int, link: Link) -> float:
+        """Ring cost of a collective over n devices on `link`; `group_bytes` is the
+        whole tensor the group reduces or gathers."""
+        if n <= 1 or group_bytes <= 0:
+            return 0.0
+        steps = RING_STEPS[kind] * (n - 1)
+        return steps / n * group_bytes / link.bus_bandwidth(n) + steps * link.latency
+
+    def axes_time(self, c: Collective, group_bytes: float) -> float:
+        n = prod(self.sizes.get(a, 1) for a in c.axes)
+        # tp is innermost in the rank order, dp next: a group over dp spans tp-strided ranks
+        stride = self.sizes["tp"] if c.axes == ("dp",) else 1
+        return self.collective_time(c.kind, group_bytes, n, self.link((n - 1) * stride + 1))
+
+
+def group_bytes(c: Collective, layout: Layout, sizes: dict[str, int], itemsize: int) -> float:
+    """Bytes of the tensor one group of the collective's axes handles: its logical
+    elements over the other axes the op splits things over."""
+    axes = {a for split in (*layout.inputs, layout.output) for dim in split for a in dim}
+    others = prod(sizes.get(a, 1) for a in axes - set(c.axes))
+    return c.elements * itemsize / others
+
+
+@dataclass(frozen=True)
+class OpCost:
+    forward: Cost
+    backward: Cost
+
+
+def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
+    op = OPS[of.node.kind]
+    layout = of.layout
+    share = sharing(layout, machine.sizes)
+    fwd = op_work(of, ctx)
+    bwd = op.backward_work(of.node, fwd)
+
+    def comm(collectives) -> float:
+        return sum(
+            machine.axes_time(c, group_bytes(c, layout, machine.sizes, ctx.dtype_bytes))
+            for c in collectives
+        )
+
+    moved = sum(r.bytes_per_device * r.times for r in of.redistributions)
+    tp = machine.sizes["tp"]
+    # an implicit redistribution moves its bytes once each way, inside the tp group
+    redistribute = moved / machine.device.intra.bus_bandwidth(tp) if moved and tp > 1 else 0.0
+    backward = op.backward_collectives(of.node, of.inputs, layout, ctx)
+    blocking = comm(c for c in backward if c.blocking)
+    # The others move the input gradient (or regather the input) while the weight
+    # gradient, half of backward's matmuls, needs neither: they run alongside it
+    # (Megatron's async tp communication, MindSpore's communication streams).
+    weight_gradient = machine.kernel_time(Work(kernel_flops=bwd.kernel_flops // 2), share, 0)
+    overlappable = comm(c for c in backward if not c.blocking)
+    return OpCost(
+        forward=Cost(
+            machine.kernel_time(fwd, share, 1),
+            comm(layout.collectives) + redistribute,
+        ),
+        backward=Cost(
+            machine.kernel_time(bwd, share, 2),
+            blocking + max(0.0, overlappable - weight_gradient) + redistribute,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class GraphCost:
+    """One copy of a layer (or the network's own ops on a stage), per micro-batch."""
+
+    forward: Cost
+    backward: Cost
+    recompute: Cost
+
+    def __add__(self, other: GraphCost) -> GraphCost:
+        return GraphCost(
+            self.forward + other.forward,
+            self.backward + other.backward,
+            self.recompute + other.recompute,
+        )
+
+    def __mul__(self, n: float) -> GraphCost:
+        return GraphCost(self.forward * n, self.backward * n, self.recompute * n)
+
+    @property
+    def total(self) -> Cost:
+        return self.forward + self.backward + self.recompute
+
+
+NO_COST = GraphCost(Cost(), Cost(), Cost())
+
+
+def graph_cost(ops: list[OpFacts], rerun: set[str], ctx: Context, machine: Machine) -> GraphCost:
+    total = NO_COST
+    for of in ops:
+        c = op_cost(of, ctx, machine)
+        again = c.forward if of.node.name in rerun else Cost()
+        total += GraphCost(c.forward, c.backward, again)
+    return total
+
+
+# the step ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds per step on one device of a stage; the terms add up to `total_s`."""
+
+    stage: int
+    forward_s: float  # compute, all micro-batches
+    backward_s: float
+    recompute_s: float
+    tp_comm_s: float  # not hidden behind the matmuls
+    tp_comm_hidden_s: float
+    pp_comm_s: float
+    bubble_s: float  # the schedule's warm-up and drain
+    idle_s: float  # waiting for the slowest stage
+    dp_comm_s: float  # not hidden behind the last backward
+    dp_comm_hidden_s: float
+    optimizer_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s + self.recompute_s
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.compute_s
+            + self.tp_comm_s
+            + self.pp_comm_s
+            + self.bubble_s
+            + self.idle_s
+            + self.dp_comm_s
+            + self.optimizer_s
+        )
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One copy of a repeated layer, one micro-batch, on one device: forward and
+    backward (recompute included) with the collectives not hidden."""
+
+    layer: str
+    forward_s: float
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class StepTime:
+    device: str
+    layers: tuple[LayerTime, ...]
+    stages: tuple[StageTime, ...]
+    bubble_fraction: float
+    flops: StepFlops
+    tokens_per_step: int
+    devices: int
+    peak_flops: float
+
+    @property
+    def step_s(self) -> float:
+        return max(s.total_s for s in self.stages)
+
+    @property
+    def tokens_per_s_per_device(self) -> float:
+        return self.tokens_per_step / self.step_s / self.devices
+
+    @property
+    def mfu(self) -> float:
+        return self.flops.model / (self.step_s * self.devices * self.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.flops.hardware / (self.step_s * self.devices * self.peak_flops)
+
+
+def bubble_fraction(plan: Plan) -> float:
+    """Idle share of the slowest stage's work: (p - 1)/m for 1F1B and GPipe,
+    divided by the chunks when interleaved (Narayanan et al. 2021)."""
+    p, m = plan.stages, plan.spec.micro_batches
+    return (p - 1) / (m * plan.chunks) if p > 1 else 0.0
+
+
+def boundary_bytes(plan: Plan, layer: str, sizes: dict[str, int]) -> int:
+    """Bytes per device of what a stage sends the next: a layer's output."""
+    out = plan.graph(layer).output
+    return prod(slice_shape(out.shape, out.split, sizes)) * out.itemsize if out else 0
+
+
+def unhidden(cost: Cost, overlap: float) -> float:
+    return cost.compute + cost.tp_comm - min(cost.tp_comm * overlap, cost.compute)
+
+
+def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTime | None:
+    """The step-time model of a checked spec on its device, or on `device` (None
+    on a device the catalogue lacks)."""
+    spec = plan.spec
+    device = device or est.device
+    if device is None:
+        return None
+    sizes = dict(est.mesh)
+    ctx = context(spec)
+    machine = Machine(
+        device, device.matmul_flops[spec.model.dtype], max(1, spec.cluster.per_node), sizes
+    )
+    cal = device.calibration
+    m = spec.micro_batches
+    per_copy = {
+        r.layer: graph_cost(
+            graph_ops(plan, r.layer),
+            set(recomputed(plan.graph(r.layer), spec.recompute.get(r.layer))),
+            ctx,
+            machine,
+        )
+        for r in plan.repeats
+    }
+    network = [NO_COST] * plan.stages
+    for of in graph_ops(plan, "network"):
+        network[plan.network_op_stage(of.node)] += graph_cost([of], set(), ctx, machine)
+    # a send crosses nodes when a stage's dp * tp ranks fill a node or more
+    p2p = machine.link(sizes["dp"] * sizes["tp"] + 1)
+    work, parts = [], []
+    for stage in range(plan.stages):
+        copies = plan.copies_on_stage(stage)
+        cost = network[stage]
+        for layer, n in copies.items():
+            cost += per_copy[layer] * n
+        total = cost.total
+        hidden = total.compute + total.tp_comm - unhidden(total, cal.tp_overlap)
+        pp = 0.0
+        if plan.stages > 1 and copies:
+            sent = boundary_bytes(plan, next(iter(copies)), sizes)
+            pp = 2 * plan.chunks * (sent / (p2p.bandwidth * p2p.efficiency) + p2p.latency)
+        parts.append((cost, hidden, pp))
+        work.append(m * (total.compute + total.tp_comm - hidden + pp))
+    slowest = max(work)
+    bubble = bubble_fraction(plan) * slowest
+    prec = precision(spec)
+    stages = []
+    for stage, ((cost, hidden, pp), mine) in enumerate(zip(parts, work, strict=True)):
+        mem = est.stages[stage]
+        dp_total, dp_gathers = dp_comm(mem.params, prec, spec.train.zero, m, machine)
+        last_backward = cost.backward.compute + cost.recompute.compute
+        dp_hidden = min(dp_total * cal.dp_overlap, last_backward)
+        stages.append(
+            StageTime(
+                stage=stage,
+                forward_s=m * cost.forward.compute,
+                backward_s=m * cost.backward.compute,
+                recompute_s=m * cost.recompute.compute,
+                tp_comm_s=m * (cost.total.tp_comm - hidden),
+                tp_comm_hidden_s=m * hidden,
+                pp_comm_s=m * pp,
+                bubble_s=bubble,
+                idle_s=slowest - mine,
+                dp_comm_s=dp_total - dp_hidden + dp_gathers,
+                dp_comm_hidden_s=dp_hidden,
+                optimizer_s=optimizer_time(mem.params, spec, machine),
+            )
+        )
+    flops = step_flops(plan)
+    layers = tuple(
+        LayerTime(
+            layer,
+            unhidden(cost.forward, cal.tp_overlap),
+            unhidden(cost.backward + cost.recompute, cal.tp_overlap),
+        )
+        for layer, cost in per_copy.items()
+    )
+    return StepTime(
+        device=device.name,
+        layers=layers,
+        stages=tuple(stages),
+        bubble_fraction=bubble_fraction(plan),
+        flops=flops,
+        tokens_per_step=tokens_per_step(plan),
+        devices=est.devices,
+        peak_flops=device.peak_flops,
+    )
+
+
+def dp_comm(params: int, prec, zero: int, micro_batches: int, machine: Machine):
+    """(gradient reduction, ZeRO's weight gathers) in seconds for one device of a
+    stage holding `params` elements: zero 0 all-reduces the gradients; zero >= 1
+    reduce-scatters them and all-gathers the updated weights; zero 3 also
+    gathers the weights for every micro-batch's forward and backward."""
+    dp = machine.sizes["dp"]
+    if dp == 1:
+        return 0.0, 0.0
+    grads = Collective("AllReduce" if zero == 0 else "ReduceScatter", ("dp",), params, "grads")
+    reduce = machine.axes_time(grads, params * prec.grad)
+    if zero == 0:
+        return reduce, 0.0
+    gather = Collective("AllGather", ("dp",), params, "weights")
+    weights = machine.axes_time(gather, params * prec.weight)
+    if zero >= 3:
+        weights += 2 * micro_batches * machine.axes_time(gather, params * prec.weight)
+    return reduce, weights
+
+
+def optimizer_time(params: int, spec: Spec, machine: Machine) -> float:
+    """The optimizer step over this device's share of the parameters (1/dp of them
+    under ZeRO), memory-bound: with a loss scale, unscale the gradients and check
+    them for overflow (read and write); with clipping, read them for the norm;
+    Adam reads the gradients and reads and writes the master copy (or the
+    weights) and m, v; a master copy is then cast to the weights; the gradients
+    are zeroed for the next step."""
+    prec = precision(spec)
+    dp = machine.sizes["dp"]
+    share = params / dp if spec.train.zero >= 1 else params
+    master = prec.master or prec.weight
+    per_param = prec.grad + 2 * (master + prec.optimizer) + prec.grad  # Adam, then zeroing
+    if spec.loss_scale != "none":
+        per_param += 2 * prec.grad
+    if spec.train.grad_clip is not None:
+        per_param += prec.grad
+    if prec.master:
+        per_param += prec.master + prec.weight
+    cal = machine.device.calibration
+    return share * per_param / (machine.device.hbm_bandwidth * cal.memory_efficiency)
