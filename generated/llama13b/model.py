@@ -15,8 +15,8 @@ import mindspore as ms
 import numpy as np
 from mindspore import Parameter, Tensor, lazy_inline, nn, ops
 from mindspore.common import dtype as mstype
-from mindspore.communication import GlobalComm
 from mindspore.common.initializer import Normal, initializer
+from mindspore.communication import GlobalComm
 from mindspore.ops.auto_generate import SiLU
 from mindspore.ops.operations.nn_ops import FlashAttentionScore
 
