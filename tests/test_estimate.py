@@ -208,13 +208,16 @@ def test_other_elementwise_ops():
     assert saves["output"] == []
 
 
-def test_network_ops_save_token_ids_and_fp32_logits():
+def test_network_ops_save_token_ids_and_the_loss_tensors():
     result = checked(spec_text(dp=2, tp=2))
     ops = result.facts.graphs["network"].ops
     assert ops["emb"].saves == [Saved("tokens", (B, S), (("dp",), ()), 4, "input")]
     assert ops["pos"].saves == []
+    logits = (("dp",), (), ("tp",))  # vocab-parallel: the loss keeps the vocab split
     assert ops["output"].saves == [
-        Saved("output.logits", (B, S, 512), (("dp",), (), ("tp",)), 4, "internal")
+        Saved("output.exp", (B, S, 512), logits, 4, "internal"),
+        Saved("output.mask", (B, S, 512), logits, 1, "internal"),
+        Saved("output.sum", (B, S), logits[:-1], 4, "internal"),
     ]
 
 
@@ -393,7 +396,7 @@ def test_logits_on_the_last_stage_other_activations_where_their_ops_run():
     first, last = est.stages
     b, s, h, v = 2 // 2, 32, 64, 512  # per device: batch split over dp
     assert first.logits_bytes == 0
-    assert last.logits_bytes == 4 * b * s * v  # fp32, 1 in flight
+    assert last.logits_bytes == 5 * b * s * v + 4 * b * s  # exp, mask, row sums; 1 in flight
     assert first.other_activations_bytes == 4 * b * s * 2  # token ids, 2 in flight
     assert last.other_activations_bytes == 2 * (2 * b * s * h)  # norm's and the logits' input
 

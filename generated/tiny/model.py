@@ -280,28 +280,46 @@ class Attention(nn.Cell):
 
 
 class CrossEntropy(nn.Cell):
-    """Mean over every position of -log softmax(logits)[label], in fp32.
+    """Mean over every position of -log softmax(logits)[label], in fp32, vocab-parallel.
 
-    `logits` is the layout of the logits as [batch * seq, vocab]. MindSpore's softmax
-    cross entropy cannot split the class dim, so a vocab split is gathered first.
+    `logits` is the layout of the logits as [batch * seq, vocab], e.g. ((dp, tp),). A
+    vocab split stays split, as in mindformers (core/loss/loss.py): each device works
+    on its slice, and the row max, the sum of exponentials and the label's logit are
+    reduced across the slices (the MindSpore strategies below insert the AllReduces).
+    Backward keeps exp(logits - max) in fp32, the label mask (bool) and the row sums:
+    what `msgen estimate` counts as the logits row.
     """
 
     def __init__(self, logits):
         super().__init__()
-        rows = (logits[0][0], 1)
+        (x,) = logits
+        row = (x[0], 1)
         self.cast = ops.Cast()
-        self.one_hot = ops.OneHot().shard((rows, (), ()))
-        self.loss = ops.SoftmaxCrossEntropyWithLogits().shard((rows, rows))
-        self.mean = ops.ReduceMean().shard((rows[:1],))
-        self.on = Tensor(1.0, mstype.float32)
-        self.off = Tensor(0.0, mstype.float32)
+        self.max = ops.ReduceMax(keep_dims=True).shard((x,))
+        self.shift = ops.Sub().shard((x, row))
+        self.exp = ops.Exp().shard((x,))
+        self.sum = ops.ReduceSum(keep_dims=True).shard((x,))
+        self.log = ops.Log().shard((row,))
+        self.one_hot = ops.OneHot().shard((x, (), ()))
+        self.select = ops.Select().shard((x, x, x))
+        self.zeros = ops.ZerosLike().shard((x,))
+        self.pick = ops.ReduceSum(keep_dims=True).shard((x,))
+        self.sub = ops.Sub().shard((row, row))
+        self.mean = ops.ReduceMean().shard((row,))
+        self.on = Tensor(1, mstype.int32)
+        self.off = Tensor(0, mstype.int32)
 
     def construct(self, logits, labels):
         vocab = logits.shape[-1]
-        logits = self.cast(logits.reshape(-1, vocab), mstype.float32)
-        target = self.one_hot(labels.reshape(-1), vocab, self.on, self.off)
-        loss, _ = self.loss(logits, target)
-        return self.mean(loss)
+        x = self.cast(logits.reshape(-1, vocab), mstype.float32)
+        # log-softmax does not depend on the shift: no gradient flows through the max
+        z = self.shift(x, ops.stop_gradient(self.max(x, -1)))
+        lse = self.log(self.sum(self.exp(z), -1))
+        target = self.cast(
+            self.one_hot(labels.reshape(-1), vocab, self.on, self.off), mstype.bool_
+        )
+        picked = self.pick(self.select(target, z, self.zeros(z)), -1)
+        return self.mean(self.sub(lse, picked))
 
 
 class Decoder(nn.Cell):

@@ -38,8 +38,8 @@ FusionRuns = tuple[tuple[int, int, int], ...]
 #   gelu/silu/dropout/swiglu: x   layout of the input, e.g. ((dp, 1, tp),)
 #   add/mul:       x       Add/Mul strategy for both operands
 #   cross_entropy: logits  layout of logits as [batch*seq, vocab], e.g. ((dp, tp),);
-#                          one-hot, softmax cross entropy and the mean derive (with
-#                          the vocab dim whole: MindSpore cannot split that axis)
+#                          every primitive of the vocab-parallel loss derives from it
+#                          (the vocab split stays: the row reductions all-reduce)
 ROLES: dict[str, tuple[str, ...]] = {
     "embedding": ("gather",),
     "positions": (),
