@@ -162,14 +162,20 @@ def test_gpt_layer_saves_per_op():
     assert saves["down"] == [Saved("act", (B, S, 4 * H), col, 2, "input")]
 
 
-def test_flash_attention_saves_output_and_fp32_lse():
+def test_flash_attention_saves_output_and_fp32_softmax_statistics():
     layer = GPT_LAYER.replace("dropout = 0.1)", "flash = true)")
     col = (("dp",), (), ("tp",))
-    assert saves_of(layer)["att"] == [
+    heads = (("dp",), ("tp",), (), ())
+    expected = [
         Saved("qkv", (B, S, 3 * H), col, 2, "input"),
         Saved("att", (B, S, H), col, 2, "output"),
-        Saved("att.lse", (B, A, S), (("dp",), ("tp",), ()), 4, "internal"),
+        Saved("att.softmax_max", (B, A, S, 8), heads, 4, "internal"),
+        Saved("att.softmax_sum", (B, A, S, 8), heads, 4, "internal"),
     ]
+    assert saves_of(layer)["att"] == expected
+    dropped = GPT_LAYER.replace("dropout = 0.1)", "flash = true, dropout = 0.1)")
+    bits = Saved("att.keep_bits", (B, A, S, S // 8), heads, 1, "internal")
+    assert saves_of(dropped)["att"] == expected + [bits]
 
 
 def test_rope_attention_saves_rotated_qkv_not_its_input():

@@ -118,9 +118,10 @@ def causal_mask(seq, repeat):
 
 
 @cache
-def flash_mask(seq):
-    """FlashAttentionScore's causal mask: 1 = masked (above the diagonal)."""
-    return Tensor(np.triu(np.ones((seq, seq), np.uint8), 1))
+def flash_causal_mask():
+    """FlashAttentionScore's compressed causal mask for sparse_mode 2 (leftUpCausal):
+    (2048, 2048), 1 = masked (above the diagonal), whatever the sequence length."""
+    return Tensor(np.triu(np.ones((2048, 2048), np.uint8), 1))
 
 
 class Attention(nn.Cell):
@@ -172,16 +173,21 @@ class Attention(nn.Cell):
             self.dropout = ops.Dropout(1.0 - p).shard((four,))
         self.pv = ops.BatchMatMul().shard((four, four))
         if self.flash:
-            self.flash_mask = flash_mask(seq) if causal else None
+            self.flash_mask = flash_causal_mask() if causal else None
             strategy = (four, four, four)
             if p > 0:
                 self.keep_prob = Tensor(1.0 - p, COMPUTE_DTYPE)
                 self.gen_mask = ops.DropoutGenMask()
                 strategy += (four,)
+            # Causal: sparse_mode 2 with the compressed mask computes only the lower
+            # triangle; the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute
+            # the masked half too (FlashAttentionScore's docstring, ops/operations/nn_ops.py;
+            # mindformers parallel_core/training_graph/transformer/flash_attention.py).
+            band = {"next_tokens": 0, "sparse_mode": 2} if causal else {}
             if causal:
                 strategy += ((1, 1),)
             self.attend = FlashAttentionScore(
-                heads, 1.0 - p, head_dim**-0.5, input_layout="BNSD"
+                heads, 1.0 - p, head_dim**-0.5, input_layout="BNSD", **band
             ).shard(strategy)
 
     def rotate(self, x, cos, sin):
