@@ -23,8 +23,8 @@ COMPUTE_DTYPE = mstype.bfloat16
 PARAM_DTYPE = mstype.float32
 
 
-def weight(shape):
-    return Parameter(initializer(Normal(0.02), shape, PARAM_DTYPE))
+def weight(shape, std=0.02):
+    return Parameter(initializer(Normal(std), shape, PARAM_DTYPE))
 
 
 def ones(shape):
@@ -51,10 +51,10 @@ class Embedding(nn.Cell):
 class Linear(nn.Cell):
     """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
 
-    def __init__(self, n_in, n_out, matmul, bias=None):
+    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
         super().__init__()
         self.n_out = n_out
-        self.weight = weight((n_in, n_out))
+        self.weight = weight((n_in, n_out), std)
         self.matmul = ops.MatMul().shard(matmul)
         self.cast = ops.Cast()
         self.has_bias = bias is not None
@@ -104,9 +104,10 @@ def rope_tables(seq, head_dim, repeat):
     inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
+    # fp32: in bf16 the angles of late positions lose their low bits
     return (
-        Tensor(np.cos(angles), COMPUTE_DTYPE),
-        Tensor(np.sin(angles), COMPUTE_DTYPE),
+        Tensor(np.cos(angles), mstype.float32),
+        Tensor(np.sin(angles), mstype.float32),
     )
 
 
@@ -191,12 +192,14 @@ class Attention(nn.Cell):
             ).shard(strategy)
 
     def rotate(self, x, cos, sin):
-        """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]."""
+        """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
+        x = self.cast(x, mstype.float32)
         b, g, n, d = x.shape
         x1 = self.half(x, (0, 0, 0, 0), (b, g, n, d // 2), (1, 1, 1, 1))
         x2 = self.half(x, (0, 0, 0, d // 2), (b, g, n, d), (1, 1, 1, 1))
         rotated = self.concat((self.neg(x2), x1))
-        return self.rope_add(self.rope_mul(x, cos), self.rope_mul(rotated, sin))
+        out = self.rope_add(self.rope_mul(x, cos), self.rope_mul(rotated, sin))
+        return self.cast(out, COMPUTE_DTYPE)
 
     def construct(self, qkv):
         b, s, _ = qkv.shape
@@ -298,14 +301,16 @@ class Decoder(nn.Cell):
             scores=((1, 8, 1, 1), (1, 8, 1, 1)),
             flash=True,
         )
-        self.o = Linear(5120, 5120, matmul=((1, 8), (8, 1)))
+        self.o = Linear(5120, 5120, matmul=((1, 8), (8, 1)), std=0.0022360679774997894)
         self.h = ops.Add().shard(((1, 1, 1), (1, 1, 1)))
         self.n2 = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),))
         self.gate = Linear(5120, 13824, matmul=((1, 1), (1, 8)))
         self.up = Linear(5120, 13824, matmul=((1, 1), (1, 8)))
         self.act = SiLU().shard(((1, 1, 8),))
         self.mlp = ops.Mul().shard(((1, 1, 8), (1, 1, 8)))
-        self.down = Linear(13824, 5120, matmul=((1, 8), (8, 1)))
+        self.down = Linear(
+            13824, 5120, matmul=((1, 8), (8, 1)), std=0.0022360679774997894
+        )
         self.output = ops.Add().shard(((1, 1, 1), (1, 1, 1)))
 
     def construct(self, x):

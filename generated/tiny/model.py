@@ -44,8 +44,8 @@ LAYER_COMM_FUSION = {
 }
 
 
-def weight(shape):
-    return Parameter(initializer(Normal(0.02), shape, PARAM_DTYPE))
+def weight(shape, std=0.02):
+    return Parameter(initializer(Normal(std), shape, PARAM_DTYPE))
 
 
 def ones(shape):
@@ -107,10 +107,10 @@ class Positions(nn.Cell):
 class Linear(nn.Cell):
     """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
 
-    def __init__(self, n_in, n_out, matmul, bias=None):
+    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
         super().__init__()
         self.n_out = n_out
-        self.weight = weight((n_in, n_out))
+        self.weight = weight((n_in, n_out), std)
         self.matmul = ops.MatMul().shard(matmul)
         self.cast = ops.Cast()
         self.has_bias = bias is not None
@@ -182,9 +182,10 @@ def rope_tables(seq, head_dim, repeat):
     inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
+    # fp32: in bf16 the angles of late positions lose their low bits
     return (
-        Tensor(np.cos(angles), COMPUTE_DTYPE),
-        Tensor(np.sin(angles), COMPUTE_DTYPE),
+        Tensor(np.cos(angles), mstype.float32),
+        Tensor(np.sin(angles), mstype.float32),
     )
 
 
@@ -241,12 +242,14 @@ class Attention(nn.Cell):
         self.pv = ops.BatchMatMul().shard((four, four))
 
     def rotate(self, x, cos, sin):
-        """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]."""
+        """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
+        x = self.cast(x, mstype.float32)
         b, g, n, d = x.shape
         x1 = self.half(x, (0, 0, 0, 0), (b, g, n, d // 2), (1, 1, 1, 1))
         x2 = self.half(x, (0, 0, 0, d // 2), (b, g, n, d), (1, 1, 1, 1))
         rotated = self.concat((self.neg(x2), x1))
-        return self.rope_add(self.rope_mul(x, cos), self.rope_mul(rotated, sin))
+        out = self.rope_add(self.rope_mul(x, cos), self.rope_mul(rotated, sin))
+        return self.cast(out, COMPUTE_DTYPE)
 
     def construct(self, qkv):
         b, s, _ = qkv.shape
@@ -339,13 +342,17 @@ class Decoder(nn.Cell):
             p=0.0,
             scores=((2, 2, 1, 1), (2, 2, 1, 1)),
         )
-        self.proj = Linear(64, 64, matmul=((2, 2), (2, 1)), bias=((2, 1), (1,)))
+        self.proj = Linear(
+            64, 64, matmul=((2, 2), (2, 1)), bias=((2, 1), (1,)), std=0.01
+        )
         self.d1 = ops.Dropout(0.9).shard(((2, 1, 1),))
         self.h = ops.Add().shard(((2, 1, 1), (2, 1, 1)))
         self.ln2 = LayerNorm(64, eps=1e-05, norm=((2, 1, 1), (1,), (1,)))
         self.up = Linear(64, 256, matmul=((2, 1), (1, 2)), bias=((2, 2), (2,)))
         self.act = Gelu(((2, 1, 2),))
-        self.down = Linear(256, 64, matmul=((2, 2), (2, 1)), bias=((2, 1), (1,)))
+        self.down = Linear(
+            256, 64, matmul=((2, 2), (2, 1)), bias=((2, 1), (1,)), std=0.01
+        )
         self.d2 = ops.Dropout(0.9).shard(((2, 1, 1),))
         self.output = ops.Add().shard(((2, 1, 1), (2, 1, 1)))
 

@@ -90,6 +90,7 @@ class OpSpec:
     n_out: int = 0
     bias: bool = True
     tie: str | None = None  # the embedding op whose table is reused, transposed
+    std: float | None = None  # scaled normal init of an output projection (None: 0.02)
     # attention
     heads: int = 0
     kv_heads: int = 0

@@ -71,8 +71,9 @@ def _linear(op: OpSpec, ctx: ModelContext) -> Snippet:
         )
     n_in, n_out = op.params[0].shape
     bias = f", bias={strategy(op, 'bias')}" if op.bias else ""
+    std = f", std={op.std!r}" if op.std is not None else ""
     return Snippet(
-        f"Linear({n_in}, {n_out}, matmul={matmul}{bias})", f"self.{op.name}({x})", "linear"
+        f"Linear({n_in}, {n_out}, matmul={matmul}{bias}{std})", f"self.{op.name}({x})", "linear"
     )
 
 

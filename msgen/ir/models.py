@@ -152,6 +152,8 @@ class Train(Block):
     checkpoint: Checkpoint | None = None
     data: str | None = None
     seed: int = 0
+    # output projections of repeated layers initialised with std 0.02 / sqrt(2 * layers)
+    scaled_init: bool = True
 
 
 class Budget(Block):
