@@ -40,3 +40,11 @@ def test_scaled_init_false_keeps_0_02(tmp_path):
     assert "std=" not in (folder / "model.py").read_text().split("class Decoder")[1]
     for path, std in weight_stds(folder).items():
         assert abs(std - 0.02) < 0.002, (path, std)
+
+
+def test_train_py_caps_device_memory_at_the_budget(tmp_path):
+    """The memory pool's maximum (ms.runtime.set_memory, mindspore/runtime/memory.py) is the
+    spec's budget: 58 GiB by default on ascend910b, or budget.device_memory."""
+    assert 'set_memory(max_size="58GB")' in (compiled("tiny") / "train.py").read_text()
+    folder = compile_spec(SPECS["tiny"], tmp_path, "--set", "budget.device_memory=54.5 GiB")
+    assert 'set_memory(max_size="54.5GB")' in (folder / "train.py").read_text()

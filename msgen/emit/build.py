@@ -7,6 +7,7 @@ from math import prod
 
 from msgen.checks.facts import OpFacts
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.estimate.memory import budget_of
 from msgen.ops.attention import head_dim, kv_heads
 from msgen.ops.base import Context, split_factor
 from msgen.plan import DEFAULT_FUSION_ID, Plan
@@ -206,6 +207,11 @@ def fusion_tables(plan: Plan) -> tuple[tuple, tuple]:
     return tuple(network), tuple(per_layer)
 
 
+def gigabytes(n: int) -> str:
+    """Bytes in GiB as set_memory's "xxGB" (digits and a point only, as it checks)."""
+    return f"{n / 2**30:.2f}".rstrip("0").rstrip(".") + "GB"
+
+
 def build_context(plan: Plan, spec_path: str) -> ModelContext:
     from msgen.checks.facts import context
 
@@ -266,6 +272,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         input=spec.network.input.name, output=spec.network.output, ops=tuple(net_ops)
     )
     fusion, layer_fusion = fusion_tables(plan)
+    budget, _ = budget_of(spec)
     return ModelContext(
         name=spec.model.name,
         spec_path=spec_path,
@@ -290,4 +297,5 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         chunks=plan.chunks,
         fusion=fusion,
         layer_fusion=layer_fusion,
+        max_device_memory=gigabytes(budget) if budget else "1024GB",
     )

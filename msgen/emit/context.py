@@ -178,6 +178,9 @@ class ModelContext:
     network: NetworkSpec
     train: TrainSpec
     chunks: int = 1  # interleaved: model chunks (pipeline segments) per stage
+    # the device memory budget as MindSpore's set_memory(max_size=...) takes it ("58GB");
+    # the default is its own (all the device has)
+    max_device_memory: str = "1024GB"
     # Comm fusion ids other than 1 (MindSpore's default): network parameter path -> id,
     # and per repeated layer, per `op.param` of one copy, runs of copies sharing an id.
     fusion: tuple[tuple[str, int], ...] = field(default=())
