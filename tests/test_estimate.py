@@ -162,14 +162,20 @@ def test_gpt_layer_saves_per_op():
     assert saves["down"] == [Saved("act", (B, S, 4 * H), col, 2, "input")]
 
 
-def test_flash_attention_saves_output_and_fp32_lse():
+def test_flash_attention_saves_output_and_fp32_softmax_statistics():
     layer = GPT_LAYER.replace("dropout = 0.1)", "flash = true)")
     col = (("dp",), (), ("tp",))
-    assert saves_of(layer)["att"] == [
+    heads = (("dp",), ("tp",), (), ())
+    expected = [
         Saved("qkv", (B, S, 3 * H), col, 2, "input"),
         Saved("att", (B, S, H), col, 2, "output"),
-        Saved("att.lse", (B, A, S), (("dp",), ("tp",), ()), 4, "internal"),
+        Saved("att.softmax_max", (B, A, S, 8), heads, 4, "internal"),
+        Saved("att.softmax_sum", (B, A, S, 8), heads, 4, "internal"),
     ]
+    assert saves_of(layer)["att"] == expected
+    dropped = GPT_LAYER.replace("dropout = 0.1)", "flash = true, dropout = 0.1)")
+    bits = Saved("att.keep_bits", (B, A, S, S // 8), heads, 1, "internal")
+    assert saves_of(dropped)["att"] == expected + [bits]
 
 
 def test_rope_attention_saves_rotated_qkv_not_its_input():
@@ -208,13 +214,16 @@ def test_other_elementwise_ops():
     assert saves["output"] == []
 
 
-def test_network_ops_save_token_ids_and_fp32_logits():
+def test_network_ops_save_token_ids_and_the_loss_tensors():
     result = checked(spec_text(dp=2, tp=2))
     ops = result.facts.graphs["network"].ops
     assert ops["emb"].saves == [Saved("tokens", (B, S), (("dp",), ()), 4, "input")]
     assert ops["pos"].saves == []
+    logits = (("dp",), (), ("tp",))  # vocab-parallel: the loss keeps the vocab split
     assert ops["output"].saves == [
-        Saved("output.logits", (B, S, 512), (("dp",), (), ("tp",)), 4, "internal")
+        Saved("output.exp", (B, S, 512), logits, 4, "internal"),
+        Saved("output.mask", (B, S, 512), logits, 1, "internal"),
+        Saved("output.sum", (B, S), logits[:-1], 4, "internal"),
     ]
 
 
@@ -393,7 +402,7 @@ def test_logits_on_the_last_stage_other_activations_where_their_ops_run():
     first, last = est.stages
     b, s, h, v = 2 // 2, 32, 64, 512  # per device: batch split over dp
     assert first.logits_bytes == 0
-    assert last.logits_bytes == 4 * b * s * v  # fp32, 1 in flight
+    assert last.logits_bytes == 5 * b * s * v + 4 * b * s  # exp, mask, row sums; 1 in flight
     assert first.other_activations_bytes == 4 * b * s * 2  # token ids, 2 in flight
     assert last.other_activations_bytes == 2 * (2 * b * s * h)  # norm's and the logits' input
 

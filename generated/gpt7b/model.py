@@ -46,8 +46,8 @@ LAYER_COMM_FUSION = {
 }
 
 
-def weight(shape):
-    return Parameter(initializer(Normal(0.02), shape, PARAM_DTYPE))
+def weight(shape, std=0.02):
+    return Parameter(initializer(Normal(std), shape, PARAM_DTYPE))
 
 
 def ones(shape):
@@ -119,10 +119,10 @@ class Positions(nn.Cell):
 class Linear(nn.Cell):
     """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
 
-    def __init__(self, n_in, n_out, matmul, bias=None):
+    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
         super().__init__()
         self.n_out = n_out
-        self.weight = weight((n_in, n_out))
+        self.weight = weight((n_in, n_out), std)
         self.matmul = ops.MatMul().shard(matmul)
         self.cast = ops.Cast()
         self.has_bias = bias is not None
@@ -194,9 +194,10 @@ def rope_tables(seq, head_dim, repeat):
     inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
+    # fp32: in bf16 the angles of late positions lose their low bits
     return (
-        Tensor(np.cos(angles), COMPUTE_DTYPE),
-        Tensor(np.sin(angles), COMPUTE_DTYPE),
+        Tensor(np.cos(angles), mstype.float32),
+        Tensor(np.sin(angles), mstype.float32),
     )
 
 
@@ -253,12 +254,14 @@ class Attention(nn.Cell):
         self.pv = ops.BatchMatMul().shard((four, four))
 
     def rotate(self, x, cos, sin):
-        """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1]."""
+        """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
+        x = self.cast(x, mstype.float32)
         b, g, n, d = x.shape
         x1 = self.half(x, (0, 0, 0, 0), (b, g, n, d // 2), (1, 1, 1, 1))
         x2 = self.half(x, (0, 0, 0, d // 2), (b, g, n, d), (1, 1, 1, 1))
         rotated = self.concat((self.neg(x2), x1))
-        return self.rope_add(self.rope_mul(x, cos), self.rope_mul(rotated, sin))
+        out = self.rope_add(self.rope_mul(x, cos), self.rope_mul(rotated, sin))
+        return self.cast(out, COMPUTE_DTYPE)
 
     def construct(self, qkv):
         b, s, _ = qkv.shape
@@ -292,28 +295,46 @@ class Attention(nn.Cell):
 
 
 class CrossEntropy(nn.Cell):
-    """Mean over every position of -log softmax(logits)[label], in fp32.
+    """Mean over every position of -log softmax(logits)[label], in fp32, vocab-parallel.
 
-    `logits` is the layout of the logits as [batch * seq, vocab]. MindSpore's softmax
-    cross entropy cannot split the class dim, so a vocab split is gathered first.
+    `logits` is the layout of the logits as [batch * seq, vocab], e.g. ((dp, tp),). A
+    vocab split stays split, as in mindformers (core/loss/loss.py): each device works
+    on its slice, and the row max, the sum of exponentials and the label's logit are
+    reduced across the slices (the MindSpore strategies below insert the AllReduces).
+    Backward keeps exp(logits - max) in fp32, the label mask (bool) and the row sums:
+    what `msgen estimate` counts as the logits row.
     """
 
     def __init__(self, logits):
         super().__init__()
-        rows = (logits[0][0], 1)
+        (x,) = logits
+        row = (x[0], 1)
         self.cast = ops.Cast()
-        self.one_hot = ops.OneHot().shard((rows, (), ()))
-        self.loss = ops.SoftmaxCrossEntropyWithLogits().shard((rows, rows))
-        self.mean = ops.ReduceMean().shard((rows[:1],))
-        self.on = Tensor(1.0, mstype.float32)
-        self.off = Tensor(0.0, mstype.float32)
+        self.max = ops.ReduceMax(keep_dims=True).shard((x,))
+        self.shift = ops.Sub().shard((x, row))
+        self.exp = ops.Exp().shard((x,))
+        self.sum = ops.ReduceSum(keep_dims=True).shard((x,))
+        self.log = ops.Log().shard((row,))
+        self.one_hot = ops.OneHot().shard((x, (), ()))
+        self.select = ops.Select().shard((x, x, x))
+        self.zeros = ops.ZerosLike().shard((x,))
+        self.pick = ops.ReduceSum(keep_dims=True).shard((x,))
+        self.sub = ops.Sub().shard((row, row))
+        self.mean = ops.ReduceMean().shard((row,))
+        self.on = Tensor(1, mstype.int32)
+        self.off = Tensor(0, mstype.int32)
 
     def construct(self, logits, labels):
         vocab = logits.shape[-1]
-        logits = self.cast(logits.reshape(-1, vocab), mstype.float32)
-        target = self.one_hot(labels.reshape(-1), vocab, self.on, self.off)
-        loss, _ = self.loss(logits, target)
-        return self.mean(loss)
+        x = self.cast(logits.reshape(-1, vocab), mstype.float32)
+        # log-softmax does not depend on the shift: no gradient flows through the max
+        z = self.shift(x, ops.stop_gradient(self.max(x, -1)))
+        lse = self.log(self.sum(self.exp(z), -1))
+        target = self.cast(
+            self.one_hot(labels.reshape(-1), vocab, self.on, self.off), mstype.bool_
+        )
+        picked = self.pick(self.select(target, z, self.zeros(z)), -1)
+        return self.mean(self.sub(lse, picked))
 
 
 class Decoder(nn.Cell):
@@ -333,13 +354,17 @@ class Decoder(nn.Cell):
             p=0.0,
             scores=((4, 2, 1, 1), (4, 2, 1, 1)),
         )
-        self.proj = Linear(4096, 4096, matmul=((4, 2), (2, 1)), bias=((4, 1), (1,)))
+        self.proj = Linear(
+            4096, 4096, matmul=((4, 2), (2, 1)), bias=((4, 1), (1,)), std=0.0025
+        )
         self.d1 = ops.Dropout(0.9).shard(((4, 1, 1),))
         self.h = ops.Add().shard(((4, 1, 1), (4, 1, 1)))
         self.ln2 = LayerNorm(4096, eps=1e-05, norm=((4, 1, 1), (1,), (1,)))
         self.up = Linear(4096, 16384, matmul=((4, 1), (1, 2)), bias=((4, 2), (2,)))
         self.act = Gelu(((4, 1, 2),))
-        self.down = Linear(16384, 4096, matmul=((4, 2), (2, 1)), bias=((4, 1), (1,)))
+        self.down = Linear(
+            16384, 4096, matmul=((4, 2), (2, 1)), bias=((4, 1), (1,)), std=0.0025
+        )
         self.d2 = ops.Dropout(0.9).shard(((4, 1, 1),))
         self.output = ops.Add().shard(((4, 1, 1), (4, 1, 1)))
 

@@ -372,6 +372,7 @@ def main():
     args = parse_args()
     batches = synthetic_batches if args.synthetic else mindrecord_batches
     ms.set_context(mode=ms.GRAPH_MODE)
+    ms.runtime.set_memory(max_size="58GB")  # the spec's memory budget
     if args.standalone:
         rank, world = 0, 1
     else:

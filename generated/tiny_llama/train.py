@@ -322,6 +322,7 @@ def main():
         raise SystemExit("the spec names no data: run with --synthetic")
     batches = synthetic_batches
     ms.set_context(mode=ms.GRAPH_MODE)
+    ms.runtime.set_memory(max_size="58GB")  # the spec's memory budget
     if args.standalone:
         rank, world = 0, 1
     else:

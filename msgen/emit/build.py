@@ -7,6 +7,7 @@ from math import prod
 
 from msgen.checks.facts import OpFacts
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.estimate.memory import budget_of
 from msgen.ops.attention import head_dim, kv_heads
 from msgen.ops.base import Context, split_factor
 from msgen.plan import DEFAULT_FUSION_ID, Plan
@@ -68,8 +69,36 @@ def strategies(of: OpFacts, ctx: Context) -> tuple[tuple[str, tuple], ...]:
     return ()
 
 
+INIT_STD = 0.02  # GPT-2 and Megatron-LM; model.py.j2's weight() default
+
+
+def output_projections(graph) -> set[str]:
+    """The linears of a layer whose output reaches a residual `+` through ops of one
+    tensor operand (dropout, times a constant): Megatron-LM's output layers
+    (attention dense, MLP fc2), initialised with std 0.02 / sqrt(2 * layers)."""
+    consumers: dict[str, list] = {}
+    for of in graph.ops.values():
+        for ref in of.node.inputs:
+            consumers.setdefault(ref.name, []).append(of.node)
+
+    def reaches_add(name: str) -> bool:
+        for node in consumers.get(name, []):
+            if node.kind == "add" and len(node.inputs) == 2:
+                return True
+            if len(node.inputs) == 1 and node.kind in ("dropout", "mul") and reaches_add(node.name):
+                return True
+        return False
+
+    return {n for n, of in graph.ops.items() if of.node.kind == "linear" and reaches_add(n)}
+
+
 def op_spec(
-    of: OpFacts, ctx: Context, stage: int = 0, recompute: bool = False, segment: int = 0
+    of: OpFacts,
+    ctx: Context,
+    stage: int = 0,
+    recompute: bool = False,
+    segment: int = 0,
+    std: float | None = None,
 ) -> OpSpec:
     node = of.node
     args = node.args
@@ -79,7 +108,12 @@ def op_spec(
     params = tuple(ParamSpec(p.name, p.shape, INIT[p.name], p.name in DECAY) for p in of.params)
     extra: dict = {}
     if node.kind == "linear":
-        extra = {"n_out": args["n"], "bias": args.get("bias", True), "tie": args.get("tie")}
+        extra = {
+            "n_out": args["n"],
+            "bias": args.get("bias", True),
+            "tie": args.get("tie"),
+            "std": std,
+        }
     elif node.kind == "attention":
         extra = {
             "heads": args["heads"],
@@ -174,6 +208,11 @@ def fusion_tables(plan: Plan) -> tuple[tuple, tuple]:
     return tuple(network), tuple(per_layer)
 
 
+def gigabytes(n: int) -> str:
+    """Bytes in GiB as set_memory's "xxGB" (digits and a point only, as it checks)."""
+    return f"{n / 2**30:.2f}".rstrip("0").rstrip(".") + "GB"
+
+
 def build_context(plan: Plan, spec_path: str) -> ModelContext:
     from msgen.checks.facts import context
 
@@ -187,11 +226,22 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
     selected = {
         name: {r.name for r in rc.ops} for name, rc in spec.recompute.items() if rc.mode == "select"
     }
+    copies = sum(rep.count for rep in plan.repeats)
+    scaled = INIT_STD / (2 * copies) ** 0.5
     layers = []
     for rep in plan.repeats:
         graph = plan.graph(rep.layer)
         chosen = selected.get(rep.layer, set())
-        ops = tuple(op_spec(of, ctx, recompute=name in chosen) for name, of in graph.ops.items())
+        projections = output_projections(graph) if spec.train.scaled_init else set()
+        ops = tuple(
+            op_spec(
+                of,
+                ctx,
+                recompute=name in chosen,
+                std=scaled if name in projections else None,
+            )
+            for name, of in graph.ops.items()
+        )
         rc = spec.recompute.get(rep.layer)
         layers.append(
             LayerSpec(
@@ -223,6 +273,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         input=spec.network.input.name, output=spec.network.output, ops=tuple(net_ops)
     )
     fusion, layer_fusion = fusion_tables(plan)
+    budget, _ = budget_of(spec)
     return ModelContext(
         name=spec.model.name,
         spec_path=spec_path,
@@ -247,4 +298,5 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         chunks=plan.chunks,
         fusion=fusion,
         layer_fusion=layer_fusion,
+        max_device_memory=gigabytes(budget) if budget else "1024GB",
     )

@@ -38,8 +38,8 @@ FusionRuns = tuple[tuple[int, int, int], ...]
 #   gelu/silu/dropout/swiglu: x   layout of the input, e.g. ((dp, 1, tp),)
 #   add/mul:       x       Add/Mul strategy for both operands
 #   cross_entropy: logits  layout of logits as [batch*seq, vocab], e.g. ((dp, tp),);
-#                          one-hot, softmax cross entropy and the mean derive (with
-#                          the vocab dim whole: MindSpore cannot split that axis)
+#                          every primitive of the vocab-parallel loss derives from it
+#                          (the vocab split stays: the row reductions all-reduce)
 ROLES: dict[str, tuple[str, ...]] = {
     "embedding": ("gather",),
     "positions": (),
@@ -90,6 +90,7 @@ class OpSpec:
     n_out: int = 0
     bias: bool = True
     tie: str | None = None  # the embedding op whose table is reused, transposed
+    std: float | None = None  # scaled normal init of an output projection (None: 0.02)
     # attention
     heads: int = 0
     kv_heads: int = 0
@@ -178,6 +179,9 @@ class ModelContext:
     network: NetworkSpec
     train: TrainSpec
     chunks: int = 1  # interleaved: model chunks (pipeline segments) per stage
+    # the device memory budget as MindSpore's set_memory(max_size=...) takes it ("58GB");
+    # the default is its own (all the device has)
+    max_device_memory: str = "1024GB"
     # Comm fusion ids other than 1 (MindSpore's default): network parameter path -> id,
     # and per repeated layer, per `op.param` of one copy, runs of copies sharing an id.
     fusion: tuple[tuple[str, int], ...] = field(default=())

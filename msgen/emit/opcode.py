@@ -4,7 +4,9 @@ One function per op kind returns a `Snippet`; `cell_code` turns the snippets of
 a layer or of the network into lines, adding what every op shares: the
 attribute named after the op, selective recompute, and (network ops) the
 pipeline stage. Ops needing more than one primitive or owning parameters use
-a helper cell defined once in templates/model.py.j2 (`Snippet.helper`).
+a helper cell defined once in templates/model.py.j2 (`Snippet.helper`). How a
+selected op is marked for recompute follows the op library's rule
+(`OpDef.selected_drops_output`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from msgen.emit.context import LayerSpec, ModelContext, OpSpec, Strategy
+from msgen.ops import OPS
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,6 @@ class Snippet:
     make: str  # expression assigned to self.<op name> in __init__
     call: str  # right-hand side of `<op name> = ...` in construct
     helper: str | None = None  # helper cell of model.py.j2 that `make` instantiates
-    pointwise: bool = False  # a helper standing for one pointwise op
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ def _linear(op: OpSpec, ctx: ModelContext) -> Snippet:
         )
     n_in, n_out = op.params[0].shape
     bias = f", bias={strategy(op, 'bias')}" if op.bias else ""
+    std = f", std={op.std!r}" if op.std is not None else ""
     return Snippet(
-        f"Linear({n_in}, {n_out}, matmul={matmul}{bias})", f"self.{op.name}({x})", "linear"
+        f"Linear({n_in}, {n_out}, matmul={matmul}{bias}{std})", f"self.{op.name}({x})", "linear"
     )
 
 
@@ -99,14 +102,14 @@ def _rmsnorm(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
     (hidden,) = op.params[0].shape
     make = f"RMSNorm({hidden}, eps={op.eps!r}, norm={strategy(op, 'norm')})"
-    return Snippet(make, f"self.{op.name}({x})", "rmsnorm", pointwise=True)
+    return Snippet(make, f"self.{op.name}({x})", "rmsnorm")
 
 
 def _gelu(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
     if op.approximate:  # ops.GeLU is the tanh form
         return Snippet(f"ops.GeLU().shard({strategy(op, 'x')})", f"self.{op.name}({x})")
-    return Snippet(f"Gelu({strategy(op, 'x')})", f"self.{op.name}({x})", "gelu", pointwise=True)
+    return Snippet(f"Gelu({strategy(op, 'x')})", f"self.{op.name}({x})", "gelu")
 
 
 def _silu(op: OpSpec, ctx: ModelContext) -> Snippet:
@@ -116,7 +119,7 @@ def _silu(op: OpSpec, ctx: ModelContext) -> Snippet:
 
 def _swiglu(op: OpSpec, ctx: ModelContext) -> Snippet:
     (x,) = op.inputs
-    return Snippet(f"SwiGLU({strategy(op, 'x')})", f"self.{op.name}({x})", "swiglu", pointwise=True)
+    return Snippet(f"SwiGLU({strategy(op, 'x')})", f"self.{op.name}({x})", "swiglu")
 
 
 def _dropout(op: OpSpec, ctx: ModelContext) -> Snippet:
@@ -170,16 +173,18 @@ def _op_lines(op: OpSpec, ctx: ModelContext, network: bool) -> tuple[list[str], 
     init: list[str] = []
     if snip.helper is None:
         if op.recompute:
-            make += ".recompute()"
+            if not OPS[op.kind].selected_drops_output:
+                raise ValueError(f"op {op.name!r} ({op.kind}) keeps its output: it needs a cell")
+            make += ".recompute()"  # a recomputed primitive does not keep its output either
         if network and ctx.pp > 1:  # only cells carry a pipeline stage
             make = f"Apply({make})"
             helpers.add("apply")
     init.append(f"self.{op.name} = {make}")
     if snip.helper is not None and op.recompute:
-        # A cell's outputs are kept unless asked; a pointwise op is cheap to redo.
-        init.append(
-            f"self.{op.name}.recompute({'output_recompute=True' if snip.pointwise else ''})"
-        )
+        # What a selected op keeps is the op library's rule (OpDef.selected_drops_output);
+        # a cell keeps its outputs unless asked (mindspore/nn/cell.py).
+        drops = OPS[op.kind].selected_drops_output
+        init.append(f"self.{op.name}.recompute({'output_recompute=True' if drops else ''})")
     if network and ctx.pp > 1:
         init.append(f"self.{op.name}.pipeline_stage = {op.stage}")
         if ctx.chunks > 1:

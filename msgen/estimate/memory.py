@@ -152,7 +152,7 @@ def kept_saves(gf: GraphFacts, rc: Recompute | None) -> dict[str, Saved]:
         t = gf.tensors[decl.name]
         return {decl.name: Saved(decl.name, t.shape, t.split, t.itemsize, "input")}
     named = [r.name for r in rc.ops if r.name in gf.ops] if rc and rc.mode == "select" else []
-    recomputed = {n for n in named if not OPS[gf.ops[n].node.kind].composite}
+    recomputed = {n for n in named if OPS[gf.ops[n].node.kind].selected_drops_output}
     kept: dict[str, Saved] = {}
     for name, of in gf.ops.items():
         for s in of.saves:

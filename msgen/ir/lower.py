@@ -43,7 +43,7 @@ KEYS = {
     "train": {"micro_batch": True, "global_batch": True, "optimizer": True, "schedule": True,
               "zero": False, "loss_scale": False, "grad_clip": False, "master_weights": False,
               "grad_dtype": False, "checkpoint": False, "data": False, "seed": False,
-              "log_every": False},
+              "log_every": False, "scaled_init": False},
     "budget": {"device_memory": False},
 }  # fmt: skip
 
@@ -331,6 +331,9 @@ class Lowering:
                 values[key] = self.checkpoint(v, ev)
             elif key == "data":
                 values[key] = self.data(v)
+            elif key == "scaled_init":
+                flag = self.name_value(stmt, ("true", "false"))
+                values[key] = None if flag is None else flag == "true"
         values = {k: v for k, v in values.items() if v is not None}
         if values.get("master_weights") == "none":
             del values["master_weights"]

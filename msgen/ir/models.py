@@ -153,6 +153,8 @@ class Train(Block):
     data: str | None = None
     seed: int = 0
     log_every: int = 10  # steps between console lines (log.csv has every step)
+    # output projections of repeated layers initialised with std 0.02 / sqrt(2 * layers)
+    scaled_init: bool = True
 
 
 class Budget(Block):

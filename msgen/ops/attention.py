@@ -90,16 +90,26 @@ class Attention(OpDef):
             saved = [Saved(f"{node.name}.qkv_rope", qkv.shape, qkv.split, item, "internal")]
         else:
             saved = [Saved(node.inputs[0].name, qkv.shape, qkv.split, item, "input")]
+        heads_split = (sb, sh, (), ())
         if node.args.get("flash"):
-            lse = Saved(f"{node.name}.lse", (b, heads, s), (sb, sh, ()), 4, "internal")
-            out = Saved(node.name, output.shape, output.split, item, "output")
-            return saved + [out, lse]
+            # FlashAttentionScore's backward reads its output and its fp32 softmax_max and
+            # softmax_sum, each [batch, heads, seq, 8] (its 2.10 docstring), and with
+            # dropout the packed keep bits, [batch, heads, seq, seq / 8] uint8.
+            stats = (b, heads, s, 8)
+            saved += [
+                Saved(node.name, output.shape, output.split, item, "output"),
+                Saved(f"{node.name}.softmax_max", stats, heads_split, 4, "internal"),
+                Saved(f"{node.name}.softmax_sum", stats, heads_split, 4, "internal"),
+            ]
+            if node.args.get("dropout"):
+                bits = (b, heads, s, s // 8)
+                saved.append(Saved(f"{node.name}.keep_bits", bits, heads_split, 1, "internal"))
+            return saved
         scores = (b, heads, s, s)
-        split = (sb, sh, (), ())
-        saved.append(Saved(f"{node.name}.probs", scores, split, item, "internal"))
+        saved.append(Saved(f"{node.name}.probs", scores, heads_split, item, "internal"))
         if node.args.get("dropout"):
-            saved.append(Saved(f"{node.name}.mask", scores, split, 1, "internal"))
-            saved.append(Saved(f"{node.name}.dropped", scores, split, item, "internal"))
+            saved.append(Saved(f"{node.name}.mask", scores, heads_split, 1, "internal"))
+            saved.append(Saved(f"{node.name}.dropped", scores, heads_split, item, "internal"))
         return saved
 
     def work(self, node, inputs, output, ctx):

@@ -148,7 +148,9 @@ class OpDef:
     name: ClassVar[str]
     args: ClassVar[tuple[Arg, ...]]
     params: ClassVar[tuple[str, ...]] = ()  # names `param @ [...]` may shard
-    composite: ClassVar[bool] = False  # a Cell in MindSpore: keeps its output under recompute
+    # A composite op is a Cell of several primitives in MindSpore; a primitive op is one
+    # primitive, or a helper cell standing for one.
+    composite: ClassVar[bool] = False
 
     def tensor_args(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "tensor")
@@ -170,6 +172,19 @@ class OpDef:
         self, node: OpNode, inputs: list[Tensor], output: Tensor, ctx: Context
     ) -> list[Saved]:
         return []
+
+    @property
+    def selected_drops_output(self) -> bool:
+        """Whether `select(op)` drops the op's output as well as what it saves of its own.
+
+        The one rule read by the estimate (which tensors stay saved) and by the emitter
+        (how the op is marked). MindSpore's `Cell.recompute()` recomputes every primitive
+        of a cell except its outputs (mindspore/nn/cell.py); `Primitive.recompute()` and
+        `Cell.recompute(output_recompute=True)` recompute the output too. A primitive op
+        is rerun in full from its inputs, so no consumer keeps its output; a composite op
+        keeps its output, as MindSpore does for a Cell.
+        """
+        return not self.composite
 
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""

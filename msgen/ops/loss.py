@@ -25,14 +25,24 @@ class CrossEntropy(OpDef):
     def layout(self, node, inputs, out_shape, ctx):
         logits, _ = inputs
         sv = logits.split[-1]
-        # a vocab split needs the row max and sum across the shards
+        # Vocab-parallel: the row max, the sum of exponentials and the label's logit are
+        # reduced across the vocab shards (the generated CrossEntropy cell).
         rows = prod(logits.shape[:-1])
-        collectives = (Collective("AllReduce", sv, 2 * rows, "softmax max and sum"),) if sv else ()
+        what = "row max, sum of exponentials and label logit"
+        collectives = (Collective("AllReduce", sv, 3 * rows, what),) if sv else ()
         return Layout(inputs=(logits.split, logits.split[:-1]), output=(), collectives=collectives)
 
     def saves(self, node, inputs, output, ctx):
+        """What autodiff of the generated loss keeps, each at the logits' split: Exp keeps
+        its fp32 output, Select its bool label mask, Log its fp32 row sums (the max is
+        under stop_gradient; Cast, Sub, the sums and the mean keep nothing)."""
         logits, _ = inputs
-        return [Saved(f"{node.name}.logits", logits.shape, logits.split, 4, "internal")]
+        rows, split = logits.shape[:-1], logits.split
+        return [
+            Saved(f"{node.name}.exp", logits.shape, split, 4, "internal"),
+            Saved(f"{node.name}.mask", logits.shape, split, 1, "internal"),
+            Saved(f"{node.name}.sum", rows, split[:-1], 4, "internal"),
+        ]
 
     def work(self, node, inputs, output, ctx):
         # read the logits and the targets, write the fp32 softmax and read it back

@@ -1,0 +1,154 @@
+"""Step time of the generated tiny model against a hand-written MindSpore model of the
+same architecture, stand-alone on this machine's device (the CPU here).
+
+    python bench/bench_step.py [-n 30] [--spec specs/tiny.msl]
+
+Both models are the GPT layer of specs/tiny.msl (layernorm, fused qkv, causal attention,
+projection, dropout, residual, layernorm, exact-GELU MLP, dropout, residual), learned
+positions, the output layer tied to the embedding, full recompute of each layer, mean
+next-token cross entropy; fp32. Both train with the same AdamWeightDecay in one jitted
+step (value_and_grad, then the optimizer) on the same fixed batch of micro_batch * dp
+sequences for N steps after two untimed warm-up steps (the compile). The hand-written
+model is what a MindSpore user writes without msgen: nn.Dense, nn.LayerNorm,
+ops.softmax and ops.cross_entropy. Prints the median step time of each and the ratio
+generated / hand-written (target: at most 1.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import importlib.util
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def generated_network(spec: Path):
+    sys.path.insert(0, str(REPO))
+    from msgen.cli import main
+
+    out = Path(tempfile.mkdtemp(prefix="msgen-bench-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    assert main(["compile", str(spec), "-o", str(out)]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    module_spec = importlib.util.spec_from_file_location("bench_model", folder / "model.py")
+    model = importlib.util.module_from_spec(module_spec)
+    sys.modules["bench_model"] = model  # MindSpore's parser imports a cell's module by name
+    module_spec.loader.exec_module(model)
+    name = "".join(p[:1].upper() + p[1:] for p in folder.name.split("_"))
+    return getattr(model, name)()
+
+
+def hand_written(vocab, hidden, heads, ffn, layers, seq):
+    import mindspore as ms
+    from mindspore import Parameter, Tensor, nn, ops
+    from mindspore.common.initializer import Normal, initializer
+
+    class Block(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm((hidden,), epsilon=1e-5)
+            self.qkv = nn.Dense(hidden, 3 * hidden)
+            self.proj = nn.Dense(hidden, hidden)
+            self.ln2 = nn.LayerNorm((hidden,), epsilon=1e-5)
+            self.up = nn.Dense(hidden, ffn)
+            self.down = nn.Dense(ffn, hidden)
+            self.drop = nn.Dropout(p=0.1)
+            self.mask = Tensor(np.triu(np.full((seq, seq), -1e9, np.float32), 1))
+
+        def construct(self, x):
+            b, s, h = x.shape
+            d = h // heads
+            qkv = self.qkv(self.ln1(x)).reshape(b, s, heads, 3, d).transpose(3, 0, 2, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            scores = ops.matmul(q, k.swapaxes(-1, -2)) / math.sqrt(d) + self.mask
+            att = ops.matmul(ops.softmax(scores, -1), v).transpose(0, 2, 1, 3).reshape(b, s, h)
+            x = x + self.drop(self.proj(att))
+            return x + self.drop(self.down(ops.gelu(self.up(self.ln2(x)), approximate="none")))
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.table = Parameter(initializer(Normal(0.02), (vocab, hidden)))
+            self.pos = Parameter(initializer(Normal(0.02), (seq, hidden)))
+            self.blocks = nn.CellList([Block() for _ in range(layers)])
+            for block in self.blocks:
+                block.recompute()
+            self.norm = nn.LayerNorm((hidden,), epsilon=1e-5)
+
+        def construct(self, tokens, labels):
+            x = ops.gather(self.table, tokens, 0) + self.pos
+            for block in self.blocks:
+                x = block(x)
+            logits = ops.matmul(self.norm(x), self.table.T)
+            return ops.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1))
+
+    del ms
+    return Net()
+
+
+def step_times(network, tokens, labels, steps: int) -> list[float]:
+    import mindspore as ms
+    from mindspore import nn
+
+    optimizer = nn.AdamWeightDecay(network.trainable_params(), 1e-3)
+    grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
+
+    @ms.jit
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
+        return loss
+
+    network.set_train(True)
+    x, y = ms.Tensor(tokens), ms.Tensor(labels)
+    for _ in range(2):
+        step(x, y).asnumpy()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step(x, y).asnumpy()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=30, help="timed steps per model")
+    parser.add_argument("--spec", type=Path, default=REPO / "specs" / "tiny.msl")
+    args = parser.parse_args()
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_seed(0)
+    sys.path.insert(0, str(REPO))
+    from msgen.compiler import analyze
+
+    spec = analyze(args.spec).spec
+    dims = spec.model.dims
+    rows = spec.train.micro_batch * spec.mesh.dp
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, dims["vocab"], (rows, dims["seq"] + 1), np.int32)
+    tokens, labels = ids[:, :-1], ids[:, 1:]
+    sizes = (dims["vocab"], dims["hidden"], dims["heads"], dims["ffn"], dims["layers"], dims["seq"])
+    results = {
+        "generated": step_times(generated_network(args.spec), tokens, labels, args.n),
+        "hand-written": step_times(hand_written(*sizes), tokens, labels, args.n),
+    }
+    medians = {name: statistics.median(t) for name, t in results.items()}
+    for name, median in medians.items():
+        print(f"{name:>13}: median step {median * 1e3:8.2f} ms over {args.n} steps")
+    print(f"ratio generated / hand-written: {medians['generated'] / medians['hand-written']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
