@@ -334,7 +334,7 @@ def _gather(prim, table, ids, axis):
     return Shaped(table.shape[:axis] + ids.shape + table.shape[axis + 1 :])
 
 
-def _reduce_mean(prim, x, axis=()):
+def _reduce(prim, x, axis=()):
     axes = {a % len(x.shape) for a in ((axis,) if isinstance(axis, int) else axis)}
     axes = axes or set(range(len(x.shape)))
     keep = prim.attrs.get("keep_dims")
@@ -387,11 +387,13 @@ SHAPE_ONLY = {
     **dict.fromkeys(
         ("Cast", "Square", "Rsqrt", "Erf", "Neg", "SiLU", "GeLU", "Softmax", "Tile"), _same
     ),
+    **dict.fromkeys(("Exp", "Log", "ZerosLike"), _same),
+    **dict.fromkeys(("ReduceMean", "ReduceMax", "ReduceSum"), _reduce),
+    "Select": lambda prim, cond, x, y: Shaped(x.shape),
     **dict.fromkeys(ELEMENTWISE, _broadcast),
     "MatMul": _matmul,
     "BatchMatMul": _batch_matmul,
     "Gather": _gather,
-    "ReduceMean": _reduce_mean,
     "LayerNorm": _layernorm,
     "Transpose": lambda prim, x, perm: Shaped(x.shape[i] for i in perm),
     "StridedSlice": _strided_slice,
