@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen.diagnostics import Span
-from msgen.syntax import ast, parse
+from msgen.syntax import ast, parse, read_source
 
 INDENT = 4
 # Operator precedence, loosest first; atoms bind tightest.
@@ -693,8 +693,8 @@ def fmt_command(args) -> int:
     failed = False
     for path, name in zip(paths, args.files):
         try:
-            # Bytes, not read_text: a CRLF file must show up as changed.
-            text = path.read_bytes().decode("utf-8")
+            # As compile reads it; a CRLF file must show up as changed.
+            text = read_source(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {name}: {exc}") from exc
         out, diags = format_text(text, display_path(path))

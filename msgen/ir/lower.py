@@ -836,6 +836,14 @@ class Lowering:
                 v = ev.number(expr)
                 if v is None:
                     return None
+                if arg.within and not arg.allows(v):
+                    self.err(
+                        "MSL126",
+                        f"`{arg.name}` of {kind} is {v}, out of range",
+                        expr.span,
+                        f"`{arg.name}` is in {arg.within}",
+                    )
+                    return None
                 args[arg.name] = float(v)
         out, params = self.annots(annots, opdef)
         if args.get("tie") and params:
