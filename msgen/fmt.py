@@ -54,10 +54,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -666,23 +664,12 @@ def _verify(before: ast.Module, text: str, file: str) -> None:
 # The command -----------------------------------------------------------------
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def fmt_command(args) -> int:
     """`msgen fmt [--check] FILE...`: all or nothing, like compile: a syntax error in
     any file, and no file is touched."""
     from msgen.cli import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
     from msgen.compiler import display_path
+    from msgen.files import write_file
     from msgen.report import render, sort_key
 
     paths = [Path(f) for f in args.files]
@@ -718,7 +705,7 @@ def fmt_command(args) -> int:
             )
             sys.stdout.write("".join(d if d.endswith("\n") else d + "\n" for d in diff))
         else:
-            _write_atomic(path, out)
+            write_file(path, out)
             sys.stderr.write(f"reformatted {name}\n")
     if args.check and changed:
         return EXIT_STALE
