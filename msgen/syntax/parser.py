@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import stat
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +19,7 @@ from lark.exceptions import (
     VisitError,
 )
 
-from msgen.diagnostics import Diagnostic, Span, error
+from msgen.diagnostics import Diagnostic, Span, error, format_bytes
 from msgen.resources import resource_dir
 from msgen.syntax import ast
 
@@ -31,6 +34,8 @@ OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "DOUBLESLASH"}
 MAX_NESTING = 100
 # The largest number a literal may write: what a float can hold.
 MAX_NUMBER = sys.float_info.max
+# The largest spec file msgen reads (a 32-layer spec is about 4 KiB).
+SPEC_LIMIT = 16 * 2**20
 
 # How a terminal is named in a message.
 TERMINAL_WORDS = {
@@ -343,11 +348,24 @@ def _syntax_error(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
     return error("MSL001", f"unexpected {what}", span, _expected(exc) or None)
 
 
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; OSError for anything
+    else (a FIFO is not waited on, a device not read from, a huge file not loaded)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {format_bytes(limit)}")
+    return data
+
+
 def read_source(path: Path) -> str:
     """A spec's text exactly as its bytes say, for every command alike: no newline
-    translation (so `\r\n` stays as written, and a lone `\r` is seen, not made a
+    translation (so `\\r\\n` stays as written, and a lone `\\r` is seen, not made a
     line break). Raises OSError or UnicodeDecodeError."""
-    return path.read_bytes().decode("utf-8")
+    return read_regular(path, SPEC_LIMIT).decode("utf-8")
 
 
 def _lone_cr(text: str, file: str) -> Diagnostic | None:
