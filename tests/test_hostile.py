@@ -263,36 +263,43 @@ def test_damaged_manifest(tmp_path, capsys, doc):
     assert compile_into(out, BASE, "--check") == 0
 
 
-def two_trees(tmp_path) -> tuple[Path, dict, Path, dict]:
-    """An output folder holding the old spec's tree and a training run's files, the
-    new spec, and the tree it gives."""
-    new_spec = spec(tmp_path, "seq    = 32", "seq    = 64", name="new.msl")
-    scratch = tmp_path / "scratch"
-    assert compile_into(scratch, new_spec) == 0
-    new = tree(scratch / "tiny")
-    out = tmp_path / "out"
-    assert compile_into(out) == 0
+def emitted(path: Path) -> dict[str, str]:
+    from msgen.compiler import analyze
+    from msgen.emit import emit
+    from msgen.plan import build_plan
+
+    result = analyze(path)
+    return emit(build_plan(result.spec, result.facts), result.file)
+
+
+def two_trees(tmp_path) -> tuple[Path, dict, dict]:
+    """An output folder holding the old spec's tree and a training run's files, and
+    the new spec's files."""
+    old = emitted(BASE)
+    new = emitted(spec(tmp_path, "seq    = 32", "seq    = 64", name="new.msl"))
+    assert set(old) == set(new) and all(old[k] != new[k] for k in old if k != "launch/msrun.sh")
+    folder = tmp_path / "out" / "tiny"
+    output.write_tree(folder, old)
     for run_file in ("output/rank_0/log.csv", "rank_1/x.ckpt", "kernel_meta/k.o"):
-        (out / "tiny" / run_file).parent.mkdir(parents=True, exist_ok=True)
-        (out / "tiny" / run_file).write_text("run\n")
-    return out, tree(out / "tiny"), new_spec, new
+        (folder / run_file).parent.mkdir(parents=True, exist_ok=True)
+        (folder / run_file).write_text("run\n")
+    return folder, old, new
 
 
-def only_ours(files: dict) -> dict:
-    return {k: v for k, v in files.items() if not k.startswith(("output/", "rank_", "kernel_"))}
+RUN_FILES = {"output/rank_0/log.csv", "rank_1/x.ckpt", "kernel_meta/k.o"}
 
 
-def assert_old_or_new(folder: Path, old: dict, new: dict) -> str:
+def old_or_new(folder: Path, old: dict, new: dict) -> str:
+    """Which whole tree the folder holds, beside the untouched run files."""
     now = tree(folder)
-    assert all(now[k] == old[k] for k in old if k not in only_ours(old)), "run files moved"
+    assert {k: now.get(k) for k in RUN_FILES} == {k: b"run\n" for k in RUN_FILES}
     assert not [k for k in now if k.split("/")[-1].startswith(".")], sorted(now)
-    if now == old:
-        return "old"
-    assert only_ours(now) == new, "a mixed tree"
-    return "new"
+    ours = {k: v.decode() for k, v in now.items() if k not in RUN_FILES}
+    assert ours in (old, new), "a mixed tree"
+    return "old" if ours == old else "new"
 
 
-def steps(monkeypatch, calls: list, fault):
+def counted(monkeypatch, calls: list, fault):
     """Count every staged write and every rename of the writer, calling `fault(n)`
     before the n-th."""
     real_stage, real_replace = output.stage, os.replace
@@ -311,58 +318,71 @@ def steps(monkeypatch, calls: list, fault):
     monkeypatch.setattr(output.os, "replace", replace)
 
 
-def test_a_fault_at_any_write_leaves_the_old_tree(tmp_path, monkeypatch, capsys):
-    out, old, new_spec, new = two_trees(tmp_path)
+def steps_of_a_switch(folder: Path, old: dict, new: dict, monkeypatch) -> int:
     total: list = []
     with monkeypatch.context() as m:
-        steps(m, total, lambda n: None)
-        assert compile_into(out, new_spec) == 0
-    assert_old_or_new(out / "tiny", old, new) == "new"
-    assert compile_into(out) == 0  # back to the old tree for the next runs
-    for k in range(1, len(total) + 1):
+        counted(m, total, lambda n: None)
+        output.write_tree(folder, new)
+    assert old_or_new(folder, old, new) == "new"
+    output.write_tree(folder, old)
+    return len(total)
+
+
+def test_a_fault_at_any_write_leaves_the_old_tree(tmp_path, monkeypatch):
+    folder, old, new = two_trees(tmp_path)
+    for k in range(1, steps_of_a_switch(folder, old, new, monkeypatch) + 1):
 
         def fault(n, k=k):
             if n == k:
                 raise OSError(errno.ENOSPC, "No space left on device")
 
-        with monkeypatch.context() as m:
-            steps(m, [], fault)
-            assert compile_into(out, new_spec) == 2
-        assert "nothing was changed" in capsys.readouterr().err
-        assert assert_old_or_new(out / "tiny", old, new) == "old", k
+        with monkeypatch.context() as m, pytest.raises(OSError):
+            counted(m, [], fault)
+            output.write_tree(folder, new)
+        assert old_or_new(folder, old, new) == "old", k
+
+
+def test_a_full_disk_is_reported_and_changes_nothing(tmp_path, monkeypatch, capsys):
+    folder, old, new = two_trees(tmp_path)
+    real_stage = output.stage
+
+    def stage(path, text, mode):
+        if path.name == "train.py":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_stage(path, text, mode)
+
+    monkeypatch.setattr(output, "stage", stage)
+    assert main(["compile", str(BASE), "-o", str(folder.parent), "--set", "model.seq=64"]) == 2
+    assert "No space left on device; nothing was changed" in capsys.readouterr().err
+    assert old_or_new(folder, old, new) == "old"
 
 
 def test_ctrl_c_at_any_write_leaves_old_or_new(tmp_path, monkeypatch):
-    out, old, new_spec, new = two_trees(tmp_path)
-    total: list = []
-    with monkeypatch.context() as m:
-        steps(m, total, lambda n: None)
-        assert compile_into(out, new_spec) == 0
+    folder, old, new = two_trees(tmp_path)
     seen = set()
-    for k in range(1, len(total) + 1):
-        assert compile_into(out) == 0
+    for k in range(1, steps_of_a_switch(folder, old, new, monkeypatch) + 1):
+        output.write_tree(folder, old)
 
         def fault(n, k=k):
             if n == k:
                 os.kill(os.getpid(), signal.SIGINT)
 
-        with monkeypatch.context() as m:
-            steps(m, [], fault)
-            assert compile_into(out, new_spec) == 130
-        seen.add(assert_old_or_new(out / "tiny", old, new))
+        with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+            counted(m, [], fault)
+            output.write_tree(folder, new)
+        seen.add(old_or_new(folder, old, new))
     assert seen == {"old", "new"}  # interrupts while staging undo, while switching finish
 
 
 def test_a_killed_switch_is_undone_by_the_next_run(tmp_path):
-    out, old, new_spec, new = two_trees(tmp_path)
-    folder = out / "tiny"
+    folder, old, new = two_trees(tmp_path)
     # what a run killed half-way through the switch leaves: one old file set aside,
     # a new one in its place, another still staged
     os.replace(folder / "model.py", folder / ".model.py.msgen-old")
-    (folder / "model.py").write_text("# new\n")
-    (folder / ".train.py.abc.msgen-new").write_text("# staged\n")
-    assert compile_into(out) == 0
-    assert tree(folder) == old
+    (folder / "model.py").write_text(new["model.py"])
+    (folder / ".train.py.abc.msgen-new").write_text(new["train.py"])
+    output.write_tree(folder, old)
+    assert old_or_new(folder, old, new) == "old"
 
 
 def test_new_files_get_the_umask_mode(tmp_path):
