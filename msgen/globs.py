@@ -53,6 +53,9 @@ class _Glob:
         self.tokens = _tokens(glob)
         self.end = len(self.tokens)
         self.steps: dict[tuple[frozenset[int], str], frozenset[int]] = {}
+        self.prefixes: dict[str, frozenset[int]] = {}
+        self.digit_runs: dict[tuple[frozenset[int], int], frozenset[frozenset[int]]] = {}
+        self.endings: dict[tuple[frozenset[int], str], bool] = {}
 
     def closure(self, states) -> frozenset[int]:
         out = set(states)
@@ -83,15 +86,45 @@ class _Glob:
     def verdict(self, before: str, unknown: int, after: str) -> bool | None:
         """True if the glob matches `before + any `unknown` digits + after`, False if
         it matches none of them, None if it depends on the digits."""
-        runs = {self.closure({0})}
-        for c in before:
-            runs = {self.step(s, c) for s in runs}
-        for _ in range(unknown):
-            runs = {self.step(s, d) for s in runs for d in DIGITS}
-        for c in after:
-            runs = {self.step(s, c) for s in runs}
-        matched = {self.end in s for s in runs}
+        matched = {
+            self._accepts(s, after) for s in self._after_digits(self._after(before), unknown)
+        }
         return matched.pop() if len(matched) == 1 else None
+
+    # The three parts, each remembered: glob_runs asks about `before` one digit longer
+    # at a time, and about the same unknown digits and `after` many times.
+
+    def _after(self, text: str) -> frozenset[int]:
+        if text not in self.prefixes:
+            start = len(text)
+            while start and text[:start] not in self.prefixes:
+                start -= 1
+            states = self.prefixes[text[:start]] if start else self.closure({0})
+            for i in range(start, len(text)):
+                states = self.step(states, text[i])
+                self.prefixes[text[: i + 1]] = states
+            self.prefixes[text] = states
+        return self.prefixes[text]
+
+    def _after_digits(self, states: frozenset[int], unknown: int) -> frozenset[frozenset[int]]:
+        key = (states, unknown)
+        if key not in self.digit_runs:
+            if unknown == 0:
+                found = frozenset({states})
+            else:
+                found = frozenset().union(
+                    *(self._after_digits(self.step(states, d), unknown - 1) for d in DIGITS)
+                )
+            self.digit_runs[key] = found
+        return self.digit_runs[key]
+
+    def _accepts(self, states: frozenset[int], after: str) -> bool:
+        key = (states, after)
+        if key not in self.endings:
+            for c in after:
+                states = self.step(states, c)
+            self.endings[key] = self.end in states
+        return self.endings[key]
 
 
 @lru_cache(maxsize=256)
