@@ -495,13 +495,13 @@ def test_closed_and_full_stdout(tmp_path):
 
 
 def test_reader_going_away_is_quiet(tmp_path):
-    shell = f"{sys.executable} -m msgen.cli compile {BASE} -o {tmp_path} --check | head -c 1"
-    (tmp_path / "tiny").mkdir()
+    # `true` exits at once, long before msgen writes: its write meets a closed pipe
+    shell = f"{sys.executable} -m msgen.cli explain MSL201 | true"
     done = subprocess.run(["bash", "-c", f"set -o pipefail; {shell}"], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
-    assert done.returncode in (3, 141)
+    assert done.stderr == ""
+    assert done.returncode == 141
 
 
 def test_internal_error_with_stderr_gone(monkeypatch):
@@ -512,7 +512,7 @@ def test_internal_error_with_stderr_gone(monkeypatch):
 
     read, write = os.pipe()
     os.close(read)
-    stream = os.fdopen(write, "w")
+    stream = os.fdopen(write, "w", buffering=1)  # line-buffered, as stderr is
     monkeypatch.setattr(cli, "cmd_explain", boom)
     monkeypatch.setattr(sys, "stderr", stream)
     assert main(["explain", "MSL201"]) == 70
