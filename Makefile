@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.msgen-installed
 
-.PHONY: all demo test generate bootstrap clean distclean
+.PHONY: all demo test generate fuzz bootstrap clean distclean
 
 all: test
 
@@ -30,6 +30,10 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/black --check .
 	$(BIN)/pytest -q
+
+# The fuzz campaign: 10,000 mutated and hostile specs; prints cases/s and any crash.
+fuzz: $(STAMP)
+	$(BIN)/python bench/bench_fuzz.py -n 10000
 
 clean:
 	rm -rf dist build .pytest_cache .ruff_cache .hypothesis

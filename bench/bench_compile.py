@@ -11,9 +11,9 @@ user runs it (`msgen compile SPEC -o DIR`, process start included, into a fresh
 folder each run), and its phases in this process (read + parse + check, then
 plan + emit, then write). Prints the medians and the ratios large / gpt7b.
 
-Checking and the estimate never expand the repeated layers; emitting does (one
-parameter path, fusion id and plan.json entry per layer copy, one rank-table entry
-per device), so compile grows with layers and devices, where check does not.
+Nothing expands the repeated layers (plan.json lists their parameters as runs;
+bench/bench_layers.py shows compile flat in the layer count); emitting writes one
+rank-table entry per device, so compile grows with the devices, where check does not.
 """
 
 from __future__ import annotations

@@ -7,10 +7,13 @@ Exit codes: 0 fine (warnings allowed), 1 the spec has errors, 2 usage error,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_STALE, EXIT_INTERNAL = 0, 1, 2, 3, 70
+# As a shell reports a process ended by SIGINT or SIGPIPE.
+EXIT_INTERRUPTED, EXIT_PIPE = 130, 141
 
 
 class UsageError(Exception):
@@ -155,24 +158,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _quiet(stream) -> None:
+    """Point a stream that can no longer be written (a closed pipe, a full disk) at
+    /dev/null, so that nothing fails again when Python flushes it on exit."""
     try:
-        return args.func(args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _say(text: str) -> None:
+    """Write to stderr; if stderr itself is gone there is no one left to tell."""
+    from msgen.diagnostics import printable
+
+    try:
+        sys.stderr.write(printable(text, keep="\n"))
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        _quiet(sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A closed stdout or stderr (`>&-`) is None in Python: what goes there is dropped.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
+    try:
+        args = build_parser().parse_args(argv)
+        if getattr(args, "output", None) == "":
+            raise UsageError("-o needs a folder (use `-o .` for the current one)")
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
     except UsageError as exc:
-        sys.stderr.write(f"msgen: error: {exc}\n")
+        _say(f"msgen: error: {exc}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`msgen ... | head`): not an error
+        _quiet(sys.stdout)
+        return EXIT_PIPE
+    except OSError as exc:  # the disk or the terminal failed, not msgen
+        _quiet(sys.stdout)
+        _say(f"msgen: error: {exc.strerror or exc}\n")
+        return EXIT_USAGE
     except Exception as exc:  # a bug: say so plainly, never a bare traceback
         import traceback
 
-        sys.stderr.write(
+        _say(
             f"msgen: internal error: {type(exc).__name__}: {exc}\n"
             "This is a bug in msgen; please report it with the spec and this trace:\n"
+            + traceback.format_exc()
         )
-        traceback.print_exc(file=sys.stderr)
         return EXIT_INTERNAL
 
 

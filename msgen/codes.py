@@ -28,6 +28,16 @@ CODES: dict[str, tuple[str, str]] = {
         "unsupported version line",
         "The first line names the language version: `msl 0.1`. This msgen reads 0.1.",
     ),
+    "MSL005": (
+        "expression nested too deeply",
+        "An expression nests more than 100 levels: brackets, calls and lists, plus one "
+        "level per operator in a chain (`a + b + c` is two). Name parts of it as dims.",
+    ),
+    "MSL006": (
+        "number out of range",
+        "A number, or a value computed from numbers, is larger than a float can hold "
+        "(about 1.8e308) or not finite. Every number msgen writes into code is finite.",
+    ),
     # names and shapes
     "MSL101": (
         "unknown dim",
@@ -151,6 +161,11 @@ CODES: dict[str, tuple[str, str]] = {
         "`cells`, ...), a name the generated module uses (`labels`, `ops`, `nn`, ...), or a "
         "layer or model whose class name (`linear` -> `Linear`) is a generated helper class "
         "or another layer's class.",
+    ),
+    "MSL126": (
+        "op argument out of range",
+        "A number an op takes is outside the interval MindSpore accepts: dropout rates "
+        "(`dropout(x, p)`, attention's `dropout`) are in [0, 1), norm `eps` is positive.",
     ),
     # sharding
     "MSL201": (

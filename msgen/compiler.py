@@ -10,10 +10,10 @@ from pathlib import Path
 
 from msgen.checks import run_checks
 from msgen.checks.facts import Facts
-from msgen.diagnostics import Diagnostic, has_errors
+from msgen.diagnostics import Diagnostic, has_errors, printable
 from msgen.ir.lower import lower
 from msgen.ir.models import Spec
-from msgen.syntax import parse
+from msgen.syntax import parse, read_source
 from msgen.syntax.overrides import apply_overrides
 
 
@@ -32,11 +32,13 @@ class Result:
 
 def display_path(path: Path) -> str:
     """The spec as headers and messages name it: relative to the current
-    directory in posix form, or its file name when it lies outside."""
+    directory in posix form, or its file name when it lies outside; escaped where
+    it is not printable, so no file name can end a comment line in generated code."""
     try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+        name = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
-        return path.name
+        name = path.name
+    return printable(name)
 
 
 def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()) -> Result:
@@ -62,5 +64,5 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
 
 def analyze(path: Path, overrides: list[str] = ()) -> Result:
     """Read and check one spec file (the caller handles a file that cannot be read)."""
-    text = path.read_text(encoding="utf-8")
+    text = read_source(path)
     return analyze_text(text, display_path(path), path.parent, overrides)

@@ -54,6 +54,19 @@ def has_errors(diagnostics: list[Diagnostic]) -> bool:
     return any(d.is_error for d in diagnostics)
 
 
+def printable(text: str, keep: str = "") -> str:
+    """`text` with every character a terminal or a source file would act on (control
+    characters such as ESC and CR, line and paragraph separators, the lone surrogates
+    that stand for undecodable bytes in a file name) written as its Python escape.
+    Printable text, the ordinary case, comes back unchanged; so do the characters
+    in `keep` (a message's own line breaks)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text
+    )
+
+
 def format_bytes(n: int) -> str:
     """A byte count for people: two decimals in the largest binary unit that fits."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

@@ -54,15 +54,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen.diagnostics import Span
-from msgen.syntax import ast, parse
+from msgen.syntax import ast, parse, read_source
 
 INDENT = 4
 # Operator precedence, loosest first; atoms bind tightest.
@@ -666,23 +664,12 @@ def _verify(before: ast.Module, text: str, file: str) -> None:
 # The command -----------------------------------------------------------------
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def fmt_command(args) -> int:
     """`msgen fmt [--check] FILE...`: all or nothing, like compile: a syntax error in
     any file, and no file is touched."""
     from msgen.cli import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
     from msgen.compiler import display_path
+    from msgen.files import write_file
     from msgen.report import render, sort_key
 
     paths = [Path(f) for f in args.files]
@@ -693,8 +680,8 @@ def fmt_command(args) -> int:
     failed = False
     for path, name in zip(paths, args.files):
         try:
-            # Bytes, not read_text: a CRLF file must show up as changed.
-            text = path.read_bytes().decode("utf-8")
+            # As compile reads it; a CRLF file must show up as changed.
+            text = read_source(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {name}: {exc}") from exc
         out, diags = format_text(text, display_path(path))
@@ -718,7 +705,7 @@ def fmt_command(args) -> int:
             )
             sys.stdout.write("".join(d if d.endswith("\n") else d + "\n" for d in diff))
         else:
-            _write_atomic(path, out)
+            write_file(path, out)
             sys.stderr.write(f"reformatted {name}\n")
     if args.check and changed:
         return EXIT_STALE

@@ -5,6 +5,7 @@ repeats (a 10^6-layer spec costs what a 32-layer one does, until code is emitted
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from math import prod
 
 from msgen.checks.facts import Facts, GraphFacts
 from msgen.checks.pipeline import balanced_split
+from msgen.globs import glob_runs
 from msgen.ir.models import FusionGroup, OpNode, Spec
 from msgen.ops.base import Param
 
@@ -22,13 +24,34 @@ DEFAULT_FUSION_ID = 1  # MindSpore's default group keeps what no fusion group ta
 
 @dataclass(frozen=True)
 class ParamEntry:
-    path: str  # decoder.3.qkv.weight, emb.table
-    graph: str  # the layer's name, or "network"
+    """A network parameter (repeated layers' are ParamRuns)."""
+
+    path: str  # emb.table
     op: str
-    copy: int | None  # index of the repeated copy, None for network params
     param: Param
     stages: tuple[int, ...]
     fusion_id: int
+
+
+@dataclass(frozen=True)
+class ParamRun:
+    """One parameter of a repeated layer over copies first .. end - 1, which share a
+    stage and a fusion id."""
+
+    layer: str
+    op: str
+    param: Param
+    first: int
+    end: int
+    stage: int
+    fusion_id: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}.{self.param.name}"
+
+    def path(self, copy: int) -> str:
+        return f"{self.layer}.{copy}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -248,21 +271,45 @@ class Plan:
             total += r.count * sum(prod(p.shape) for _, p in self.layer_params(r.layer))
         return total
 
-    def param_entries(self):
-        """Every parameter by path, copies expanded: for plan.json and the emitters."""
-        for op, p in self.network_params():
-            path = f"{op}.{p.name}"
-            yield ParamEntry(
-                path, "network", op, None, p, self.network_param_stages(op), self.fusion_id(path)
+    def network_entries(self) -> list[ParamEntry]:
+        """The network's parameters by path (a repeat's are its layer's runs)."""
+        return [
+            ParamEntry(
+                f"{op}.{p.name}",
+                op,
+                p,
+                self.network_param_stages(op),
+                self.fusion_id(f"{op}.{p.name}"),
             )
-        for r in self.repeats:
-            params = self.layer_params(r.layer)
-            for first, end, stage, _ in self.placement_runs(r):
-                for i in range(first, end):
-                    for op, p in params:
-                        path = f"{r.layer}.{i}.{op}.{p.name}"
-                        fusion = self.fusion_id(path, r.first + i)
-                        yield ParamEntry(path, r.layer, op, i, p, (stage,), fusion)
+            for op, p in self.network_params()
+        ]
+
+    def layer_runs(self, rep: Repeat) -> list[ParamRun]:
+        """Each parameter of a repeated layer as runs of copies that share a stage and
+        a fusion id: their number follows the stages, the fusion buckets and the
+        fusion globs, never the copies (msgen/globs.py)."""
+        out = []
+        placement = [(first, end, stage) for first, end, stage, _ in self.placement_runs(rep)]
+        groups = [g.patterns for g in self.spec.fusion]
+        for op, p in self.layer_params(rep.layer):
+            found = glob_runs(groups, f"{rep.layer}.", f".{op}.{p.name}", rep.count)
+            cuts = {first for first, _, _ in placement} | {first for first, _, _ in found}
+            for g, group in enumerate(self.spec.fusion):
+                if group.buckets > 1 and any(gi == g for _, _, gi in found):
+                    cuts |= {end - rep.first for end in self._bucket_ends(group.buckets)}
+            edges = sorted(c for c in cuts | {rep.count} if 0 <= c <= rep.count)
+            runs: list[ParamRun] = []
+            for first, end in zip(edges, edges[1:]):
+                stage = next(s for f, e, s in placement if f <= first < e)
+                gi = next(gi for f, e, gi in found if f <= first < e)
+                fusion = self._group_id(None if gi is None else self.spec.fusion[gi],
+                                        rep.first + first)  # fmt: skip
+                if runs and (runs[-1].stage, runs[-1].fusion_id) == (stage, fusion):
+                    runs[-1] = dataclasses.replace(runs[-1], end=end)
+                else:
+                    runs.append(ParamRun(rep.layer, op, p, first, end, stage, fusion))
+            out.extend(runs)
+        return out
 
     # fusion -------------------------------------------------------------------
 
@@ -283,14 +330,19 @@ class Plan:
 
     def fusion_id(self, path: str, layer_index: int | None = None) -> int:
         """`layer_index` counts repeated layers across all repeats, from 0."""
-        group = self.fusion_group(path)
+        return self._group_id(self.fusion_group(path), layer_index)
+
+    def _bucket_ends(self, buckets: int) -> list[int]:
+        """Where each of `buckets` ranges of the repeated layers ends (global index)."""
+        return list(accumulate(balanced_split(self.total_layers, buckets)))
+
+    def _group_id(self, group: FusionGroup | None, layer_index: int | None) -> int:
         if group is None:
             return DEFAULT_FUSION_ID
         ids = self.fusion_ids[group.name]
         if layer_index is None or group.buckets == 1:
             return ids[0]
-        ends = list(accumulate(balanced_split(self.total_layers, group.buckets)))
-        return ids[bisect_right(ends[:-1], layer_index)]
+        return ids[bisect_right(self._bucket_ends(group.buckets)[:-1], layer_index)]
 
 
 def build_plan(spec: Spec, facts: Facts) -> Plan:

@@ -3,30 +3,60 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
+from functools import lru_cache
 
-from msgen.diagnostics import Diagnostic
+from msgen.diagnostics import Diagnostic, printable
 
 FORMATS = ("text", "json", "github")
 
 
+# A source line longer than this is shown as an excerpt around the span.
+EXCERPT = 160
+# Diagnostics of one code shown in text and GitHub formats; the rest are counted.
+MAX_PER_CODE = 20
+
+
+@lru_cache(maxsize=4)
+def _lines(text: str) -> list[str]:
+    """A source's lines as the lexer counts them (at \\n only), split once per
+    source, not once per diagnostic (a str caches its hash, so the lookup is cheap)."""
+    return text.split("\n")
+
+
+def _excerpt(code: str, col: int, end: int) -> tuple[str, int, int]:
+    """A window of at most EXCERPT characters of `code` around columns col..end
+    (1-based, end exclusive), with `...` where it was cut; the span's new columns."""
+    if len(code) <= EXCERPT:
+        return code, col, end
+    start = max(0, min(col - 1 - EXCERPT // 4, len(code) - EXCERPT))
+    stop = start + EXCERPT
+    shown = ("..." if start else "") + code[start:stop] + ("..." if stop < len(code) else "")
+    shift = start - (3 if start else 0)
+    return shown, col - shift, min(end, stop + 1) - shift
+
+
 def render_text(d: Diagnostic, sources: dict[str, str]) -> str:
-    head = f"{d.severity.value}[{d.code}]: {d.message}"
+    head = f"{d.severity.value}[{d.code}]: {printable(d.message)}"
     if d.span is None:
         lines = [head]
     else:
-        lines = [f"{d.span.file}:{d.span.line}:{d.span.col}: {head}"]
+        lines = [f"{printable(d.span.file)}:{d.span.line}:{d.span.col}: {head}"]
         # only the file the span is in: a --set what-if has no source lines here
-        text_lines = sources.get(d.span.file, "").splitlines()
-        if 0 < d.span.line <= len(text_lines):
-            code = text_lines[d.span.line - 1]
-            gutter = f"{d.span.line:>5}"
+        text_lines = _lines(sources.get(d.span.file, ""))
+        if 0 < d.span.line <= len(text_lines) and (d.span.line < len(text_lines) or text_lines[-1]):
+            code = text_lines[d.span.line - 1].removesuffix("\r")
             end = d.span.end_col if d.span.end_line == d.span.line else len(code) + 1
-            width = max(1, end - d.span.col)
-            lines.append(f"{gutter} | {code}")
-            lines.append(f"{' ' * len(gutter)} | {' ' * (d.span.col - 1)}{'^' * width}")
+            code, col, end = _excerpt(code, d.span.col, end)
+            # escapes widen what they replace: the caret goes under the escaped text
+            pad = len(printable(code[: col - 1]))
+            width = max(1, len(printable(code[col - 1 : end - 1])))
+            gutter = f"{d.span.line:>5}"
+            lines.append(f"{gutter} | {printable(code)}")
+            lines.append(f"{' ' * len(gutter)} | {' ' * pad}{'^' * width}")
     if d.hint:
         pad = " " * len("   = hint: ")
-        hint = d.hint.replace("\n", "\n" + pad)
+        hint = printable(d.hint, keep="\n").replace("\n", "\n" + pad)
         lines.append(f"   = hint: {hint}")
     return "\n".join(lines)
 
@@ -68,13 +98,34 @@ def render_github(d: Diagnostic) -> str:
     return f"::{level} {loc},title={d.code}::{_escape(message)}"
 
 
+def _capped(diags: list[Diagnostic]) -> tuple[list[Diagnostic], list[str]]:
+    """The first MAX_PER_CODE diagnostics of each code, and a line for each code
+    with more ("and 4990 more MSL507 warnings")."""
+    seen: Counter[str] = Counter(d.code for d in diags)
+    shown: Counter[str] = Counter()
+    kept = []
+    for d in diags:
+        shown[d.code] += 1
+        if shown[d.code] <= MAX_PER_CODE:
+            kept.append(d)
+    more = [
+        f"... and {n - MAX_PER_CODE} more {code} diagnostics (--error-format json lists all)"
+        for code, n in sorted(seen.items())
+        if n > MAX_PER_CODE
+    ]
+    return kept, more
+
+
 def render(diags: list[Diagnostic], fmt: str, sources: dict[str, str]) -> str:
-    """`sources` maps a file name, as spans give it, to its text."""
+    """`sources` maps a file name, as spans give it, to its text. JSON lists every
+    diagnostic; text and GitHub show at most MAX_PER_CODE of each code."""
     if fmt == "json":
         return "".join(render_json(d) + "\n" for d in diags)
+    diags, more = _capped(diags)
     if fmt == "github":
-        return "".join(render_github(d) + "\n" for d in diags)
-    return "".join(render_text(d, sources) + "\n" for d in diags)
+        notes = [f"::notice::{_escape(line)}" for line in more]
+        return "".join(render_github(d) + "\n" for d in diags) + "".join(n + "\n" for n in notes)
+    return "".join(render_text(d, sources) + "\n" for d in diags) + "".join(m + "\n" for m in more)
 
 
 def sort_key(d: Diagnostic):

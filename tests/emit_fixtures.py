@@ -77,6 +77,22 @@ def plan_json(name: str) -> dict:
     return json.loads((compiled(name) / "plan.json").read_text())
 
 
+def every_param(doc: dict) -> list[dict]:
+    """plan.json's parameters one per path: the network's as listed, the repeated
+    layers' runs expanded copy by copy."""
+    out = list(doc["params"])
+    for run in doc["layer_params"]:
+        for copy in range(*run["copies"]):
+            entry = {k: v for k, v in run.items() if k not in ("layer", "name", "copies")}
+            out.append({"path": f"{run['layer']}.{copy}.{run['name']}", **entry})
+    return out
+
+
+def copy_placement(layer: dict, key: str) -> list[int]:
+    """A repeated layer's `stage` (or `segment`) per copy, from its placement runs."""
+    return [run[key] for run in layer["placement"] for _ in range(*run["copies"])]
+
+
 @cache
 def plan(name: str):
     """The checked Plan of SPECS[name] (what emit() wrote the folder from)."""

@@ -33,6 +33,8 @@ from tests.emit_fixtures import (
     TINY,
     compile_spec,
     compiled,
+    copy_placement,
+    every_param,
     load,
     network_class,
     plan,
@@ -55,27 +57,27 @@ def build(name: str, *, lazy: bool = False):
 
 def check_against_plan(network, doc: dict) -> None:
     got = {p.name: tuple(p.shape) for p in network.get_parameters()}
-    want = {e["path"]: tuple(e["shape"]) for e in doc["params"]}
+    want = {e["path"]: tuple(e["shape"]) for e in every_param(doc)}
     assert sorted(got) == sorted(want)
     assert got == want
     total = sum(prod(shape) for shape in got.values())
     assert total == doc["params_total"] == doc["estimate"]["params_total"]
     # Each parameter's gradient fusion group, as plan.json lists it (1: MindSpore's default).
     fusion = {p.name: p.comm_fusion for p in network.get_parameters()}
-    assert fusion == {e["path"]: e["fusion_id"] for e in doc["params"]}
+    assert fusion == {e["path"]: e["fusion_id"] for e in every_param(doc)}
     # Every copy of a repeated layer sits on its stage (interleaved: and its segment, the
     # model chunk of that stage); network cells with parameters too.
     cells = dict(network.cells_and_names())
     if doc["mesh"]["pp"] > 1:
         for layer, info in doc["layers"].items():
             stages = [cells[f"{layer}.{i}"].pipeline_stage for i in range(info["count"])]
-            assert stages == info["stages"], layer
+            assert stages == copy_placement(info, "stage"), layer
             if doc["chunks"] > 1:
                 segments = [cells[f"{layer}.{i}"].pipeline_segment for i in range(info["count"])]
-                assert segments == info["segments"], layer
+                assert segments == copy_placement(info, "segment"), layer
             else:
-                assert "segments" not in info
-        for e in doc["params"]:
+                assert all("segment" not in run for run in info["placement"])
+        for e in every_param(doc):
             owner = e["path"].rsplit(".", 1)[0]
             if owner in cells and owner.split(".")[0] not in doc["layers"]:
                 assert cells[owner].pipeline_stage == e["stages"][0], e["path"]
@@ -107,9 +109,9 @@ def test_interleaved_layers_run_on_their_virtual_stages():
     plan.json, in the instantiated network, and in what train.py asks MindSpore for."""
     doc = plan_json("tiny_interleaved")
     assert (doc["schedule"], doc["chunks"], doc["stage_split"]) == ("interleaved", 2, [2, 2])
-    assert doc["layers"]["block"]["stages"] == [0, 1, 0, 1]
-    assert doc["layers"]["block"]["segments"] == [0, 0, 1, 1]
-    stages = {e["path"]: e["stages"] for e in doc["params"]}
+    assert copy_placement(doc["layers"]["block"], "stage") == [0, 1, 0, 1]
+    assert copy_placement(doc["layers"]["block"], "segment") == [0, 0, 1, 1]
+    stages = {e["path"]: e["stages"] for e in every_param(doc)}
     assert stages["block.2.qkv.weight"] == [0] and stages["block.3.qkv.weight"] == [1]
     assert stages["emb.table"] == [0, 1]  # tied: the embedding and the output layer
     estimate = {s["stage"]: s["layers"] for s in doc["estimate"]["stages"]}
@@ -206,20 +208,22 @@ def test_mindspore_takes_each_schedules_pipeline_config(tmp_path):
 def test_model_py_does_not_grow_with_the_layers(tmp_path):
     """Pipeline placement and fusion ids are runs of copies (one per virtual stage, one
     per fusion bucket), not one entry per copy: 64 layers make the same model.py as 4
-    but for the numbers in it; plan.json does list every copy."""
-    sizes = {}
+    but for the numbers in it, and so does plan.json."""
+    sizes, plan_sizes = {}, {}
     for layers in (4, 64):
         out = tmp_path / str(layers)
         folder = compile_spec(SPECS["tiny_interleaved"], out, "--set", f"model.layers={layers}")
         sizes[layers] = len((folder / "model.py").read_bytes())
         doc = json.loads((folder / "plan.json").read_text())
-        assert len(doc["layers"]["block"]["segments"]) == layers
+        assert len(copy_placement(doc["layers"]["block"], "segment")) == layers
+        plan_sizes[layers] = len((folder / "plan.json").read_bytes())
         network = network_class(load(folder, "model"), doc)
         from mindspore.nn.utils import no_init_parameters
 
         with no_init_parameters():
             check_against_plan(network(), doc)
     assert abs(sizes[64] - sizes[4]) < 100, sizes
+    assert abs(plan_sizes[64] - plan_sizes[4]) < 300, plan_sizes
 
 
 def test_instantiating_llama13b_stays_small():
@@ -482,7 +486,7 @@ def test_an_op_name_is_rejected_or_works(tmp_path, name):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     network = network_class(load(folder, "model"), doc)()
     assert {p.name: list(p.shape) for p in network.get_parameters()} == {
-        e["path"]: e["shape"] for e in doc["params"]
+        e["path"]: e["shape"] for e in every_param(doc)
     }
     network.set_train(False)
     rng = np.random.default_rng(0)

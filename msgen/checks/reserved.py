@@ -8,6 +8,10 @@ the module already use.
 from __future__ import annotations
 
 import keyword
+import re
+from functools import cache
+
+from msgen.resources import resource_dir
 
 # Public attributes of mindspore.nn.Cell (2.10); an op by one of these names
 # would replace a method or flag of the cell.
@@ -33,17 +37,48 @@ to_float total_instance_count trainable_params training untrainable_params
 update_cell_prefix update_cell_type update_parameters_name
 """.split())
 
-# Module-level names of the generated model.py, and construct's own arguments.
-MODULE_NAMES = frozenset("""
-self labels cell np nn ops ms mstype cache Parameter Tensor Normal initializer weight ones
-zeros rope_tables causal_mask flash_mask parameters COMPUTE_DTYPE PARAM_DTYPE COMM_FUSION
-""".split())
+# The generated files' module-level names are read from the templates
+# (template_names); construct's own arguments are not module-level, so they are
+# named here.
+CONSTRUCT_NAMES = frozenset({"self", "labels"})
+TEMPLATES = ("model.py.j2", "train.py.j2")
 
-# Classes the generated model.py defines besides one per layer and the network.
-HELPER_CLASSES = frozenset(
-    "Apply Embedding Positions Linear TiedLinear LayerNorm RMSNorm Gelu SwiGLU Attention "
-    "CrossEntropy".split()
-)
+_QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")
+_LISTED = re.compile(r"""\[["']([A-Za-z_][A-Za-z0-9_]*)["']\]""")
+_JINJA = re.compile(r"{{(.*?)}}")
+
+
+def _jinja_names(expr: str, sets: dict[str, str]) -> set[str]:
+    """The names a `{{ ... }}` in an import line can write: the quoted names in it,
+    or the names listed in the `{% set %}` of the variable it prints."""
+    var = expr.split("|")[0].strip()
+    return set(_QUOTED.findall(expr)) | set(_LISTED.findall(sets.get(var, "")))
+
+
+def _bound(line: str, sets: dict[str, str]) -> set[str]:
+    """The names a top-level line of a template binds in the generated module."""
+    if line.startswith("import "):
+        return {part.split(" as ")[-1].strip().split(".")[0] for part in line[7:].split(",")}
+    if line.startswith("from ") and " import " in line:
+        names = line.split(" import ", 1)[1]
+        found = set().union(*(_jinja_names(e, sets) for e in _JINJA.findall(names)))
+        plain = _JINJA.sub("", names).replace("(", "").replace(")", "")
+        return found | {p.split(" as ")[-1].strip() for p in plain.split(",") if p.strip()}
+    m = re.match(r"(?:def|class) ([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)", line)
+    return {m.group(1) or m.group(2)} if m else set()
+
+
+@cache
+def template_names() -> frozenset[str]:
+    """Every name the generated model.py and train.py import or define at module
+    level, read from the templates, so a new import there is reserved at once."""
+    names: set[str] = set()
+    for template in TEMPLATES:
+        text = (resource_dir("templates") / template).read_text(encoding="utf-8")
+        sets = dict(re.findall(r"{%-? set (\w+) = (.*?)-?%}", text))
+        for line in text.splitlines():
+            names |= {n for n in _bound(line, sets) if n.isidentifier()}
+    return frozenset(names)
 
 
 def camel(name: str) -> str:
@@ -58,12 +93,12 @@ def reserved_reason(name: str) -> str | None:
         return "names starting with `_` are kept for the generated code"
     if name in CELL_ATTRIBUTES:
         return "it is an attribute of MindSpore's nn.Cell"
-    if name in MODULE_NAMES:
+    if name in CONSTRUCT_NAMES or name in template_names():
         return "the generated code already uses it"
     return None
 
 
 def class_clash(name: str) -> str | None:
-    if camel(name) in HELPER_CLASSES:
-        return f"its class `{camel(name)}` is one of the generated helper classes"
+    if camel(name) in template_names():
+        return f"its class `{camel(name)}` would hide a name the generated code defines or imports"
     return reserved_reason(name)

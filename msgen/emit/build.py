@@ -180,32 +180,30 @@ def train_spec(plan: Plan) -> TrainSpec:
 
 
 def fusion_tables(plan: Plan) -> tuple[tuple, tuple]:
-    """The comm fusion ids of plan.param_entries() (plan.json's), without the default
-    id: (network path -> id, per layer per `op.param` runs of copies sharing an id).
-    A layer parameter has as many runs as its id changes along the copies (one per
-    bucket), not one entry per copy: model.py does not grow with the layers."""
-    network: list[tuple[str, int]] = []
-    layers: dict[str, dict[str, list[list[int]]]] = {}
-    for e in plan.param_entries():
-        if e.copy is None:
-            if e.fusion_id != DEFAULT_FUSION_ID:
-                network.append((e.path, e.fusion_id))
-            continue
-        runs = layers.setdefault(e.graph, {}).setdefault(f"{e.op}.{e.param.name}", [])
-        if runs and runs[-1][1] == e.copy and runs[-1][2] == e.fusion_id:
-            runs[-1][1] += 1
-        else:
-            runs.append([e.copy, e.copy + 1, e.fusion_id])
+    """The comm fusion ids of plan.json, without the default id: (network path ->
+    id, per layer per `op.param` runs of copies sharing an id). A layer parameter
+    has as many runs as its id changes along the copies (one per bucket), not one
+    entry per copy: model.py does not grow with the layers."""
+    network = tuple(
+        (e.path, e.fusion_id) for e in plan.network_entries() if e.fusion_id != DEFAULT_FUSION_ID
+    )
     per_layer = []
-    for layer, names in layers.items():
+    for rep in plan.repeats:
+        names: dict[str, list[list[int]]] = {}
+        for run in plan.layer_runs(rep):
+            runs = names.setdefault(run.name, [])
+            if runs and runs[-1][1] == run.first and runs[-1][2] == run.fusion_id:
+                runs[-1][1] = run.end  # the same id on the next stage
+            else:
+                runs.append([run.first, run.end, run.fusion_id])
         kept = []
         for name, runs in names.items():
             chosen = tuple(tuple(r) for r in runs if r[2] != DEFAULT_FUSION_ID)
             if chosen:
                 kept.append((name, chosen))
         if kept:
-            per_layer.append((layer, tuple(kept)))
-    return tuple(network), tuple(per_layer)
+            per_layer.append((rep.layer, tuple(kept)))
+    return network, tuple(per_layer)
 
 
 def gigabytes(n: int) -> str:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from msgen.emit import emit, notes
-from msgen.emit.output import NotOurs, diff_tree, write_tree
+from msgen.emit.output import DamagedManifest, InTheWay, NotOurs, diff_tree, write_tree
 from msgen.plan import build_plan
 
 EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
@@ -33,8 +33,20 @@ def compile_command(result, args) -> int:
             f"{', '.join(exc.paths)}\n  = hint: move them away, or pass --force\n"
         )
         return EXIT_USAGE
+    except InTheWay as exc:
+        sys.stderr.write(
+            f"msgen: error: cannot write {label}: {label}/{exc.rel} {exc.why}\n"
+            "  = hint: move it away; nothing was written\n"
+        )
+        return EXIT_USAGE
+    except DamagedManifest as exc:
+        sys.stderr.write(
+            f"msgen: error: cannot write {label}: {exc}\n"
+            "  = hint: pass --force to rewrite the folder's generated files\n"
+        )
+        return EXIT_USAGE
     except OSError as exc:
-        sys.stderr.write(f"msgen: error: cannot write {label}: {exc}\n")
+        sys.stderr.write(f"msgen: error: cannot write {label}: {exc}; nothing was changed\n")
         return EXIT_USAGE
     for note in notes(plan):
         sys.stderr.write(f"note: {note}\n")

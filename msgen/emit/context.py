@@ -206,19 +206,17 @@ class ModelContext:
     def layer(self, name: str) -> LayerSpec:
         return next(layer for layer in self.layers if layer.name == name)
 
-    def parameters(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Every parameter path and logical shape, in MindSpore's order."""
-        out: list[tuple[str, tuple[int, ...]]] = []
+    def first_parameter(self) -> str:
+        """The path of the first parameter, in MindSpore's order (a docstring example)."""
         for op in self.network.ops:
             if op.kind == "repeat":
                 assert op.layer is not None
-                for copy in range(op.count):
-                    for inner in self.layer(op.layer).ops:
-                        prefix = f"{op.layer}.{copy}.{inner.name}"
-                        out.extend((f"{prefix}.{p.name}", p.shape) for p in inner.params)
-            else:
-                out.extend((f"{op.name}.{p.name}", p.shape) for p in op.params)
-        return tuple(out)
+                for inner in self.layer(op.layer).ops:
+                    if inner.params and op.count:
+                        return f"{op.layer}.0.{inner.name}.{inner.params[0].name}"
+            elif op.params:
+                return f"{op.name}.{op.params[0].name}"
+        return ""
 
     def no_decay_patterns(self) -> tuple[str, ...]:
         """fnmatch patterns of the parameters AdamW must not decay."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tempfile
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from msgen.emit import MANIFEST
+from msgen.files import STAGED, new_file_mode, stage
 
 HEADER_MARK = "@generated spec-sha256="
 
@@ -34,12 +36,46 @@ class NotOurs(Exception):
         self.paths = paths
 
 
-def previous_files(folder: Path) -> set[str]:
-    try:
-        doc = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        return set(doc.get("files", {}))
-    except (OSError, ValueError, AttributeError):
+class InTheWay(Exception):
+    """A path in the output folder msgen will not write through or over: a symbolic
+    link, or a folder where a file goes (or a file where a folder goes)."""
+
+    def __init__(self, rel: str, why: str):
+        super().__init__(f"{rel} {why}")
+        self.rel, self.why = rel, why
+
+
+class DamagedManifest(Exception):
+    """manifest.json is there but is not a manifest msgen wrote."""
+
+
+BACKUP = ".msgen-old"  # the old file while the new tree is switched in
+
+
+def _listed_path(rel: object) -> bool:
+    """A path a manifest may list: relative, inside the folder, plain."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel:
+        return False
+    parts = PurePosixPath(rel).parts
+    return not PurePosixPath(rel).is_absolute() and ".." not in parts and "." not in rel.split("/")
+
+
+def previous_files(folder: Path, force: bool = False) -> set[str]:
+    """What the previous manifest lists (nothing when there is none). A manifest that
+    is not msgen's is DamagedManifest, unless `force`: then it is ignored."""
+    path = folder / MANIFEST
+    if not path.is_file():
         return set()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        files = doc["files"]
+        if not isinstance(files, dict) or not all(map(_listed_path, files)):
+            raise TypeError
+    except (OSError, ValueError, TypeError, KeyError):
+        if force:
+            return set()
+        raise DamagedManifest(f"{MANIFEST} is damaged (not a manifest msgen wrote)") from None
+    return set(files)
 
 
 def bears_header(path: Path) -> bool:
@@ -51,27 +87,121 @@ def bears_header(path: Path) -> bool:
     return any(HEADER_MARK in line for line in head)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def in_the_way(folder: Path, rels) -> InTheWay | None:
+    """The first of `rels` that cannot be written or removed without following a
+    link or replacing a folder; checked before anything is written."""
+    if folder.exists() and not folder.is_dir():
+        return InTheWay(".", "is not a folder")
+    for rel in rels:
+        path, parts = folder, PurePosixPath(rel).parts
+        for depth, part in enumerate(parts, 1):
+            path = path / part
+            shown = "/".join(parts[:depth])
+            if path.is_symlink():
+                return InTheWay(shown, "is a symbolic link (msgen never writes through one)")
+            if not path.exists():
+                break
+            if depth == len(parts) and not path.is_file():
+                return InTheWay(shown, "is in the way: a file goes there")
+            if depth < len(parts) and not path.is_dir():
+                return InTheWay(shown, "is in the way: a folder goes there")
+    return None
+
+
+def _recover(folder: Path, rels) -> None:
+    """Undo what a run that was killed while switching left behind: its staged
+    files go, and the old files it had set aside come back."""
+    folders = {folder / PurePosixPath(rel).parent for rel in rels}
+    for where in sorted(folders):
+        if where.is_symlink() or not where.is_dir():
+            continue
+        for entry in where.iterdir():
+            name = entry.name
+            if name.startswith(".") and name.endswith(STAGED):
+                entry.unlink(missing_ok=True)
+            elif name.startswith(".") and name.endswith(BACKUP):
+                os.replace(entry, where / name[1 : -len(BACKUP)])
+
+
+def _make_folders(folder: Path, parent: Path) -> list[Path]:
+    """Create `parent` (inside or equal to `folder`) and what it needs; the folders
+    made, outermost first."""
+    made = []
+    for path in reversed([parent, *parent.parents]):
+        if not path.exists():
+            path.mkdir()
+            made.append(path)
+    return made
+
+
+@contextmanager
+def _interrupts_deferred():
+    """Ctrl-C while the new tree is switched in takes effect after it is."""
+    caught = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        if path.suffix == ".sh":
-            os.chmod(tmp, 0o755)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+    except ValueError:  # not the main thread: signals go elsewhere anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(*caught[0])
+
+
+def _switch(folder: Path, staged: dict[str, Path], removed: list[str]) -> None:
+    """Move the staged files into place and the removed ones out, all or none: each
+    old file is set aside first, and put back if a rename fails."""
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for rel in removed:
+            target = folder / rel
+            backup = target.with_name(f".{target.name}{BACKUP}")
+            os.replace(target, backup)
+            done.append((target, backup))
+        for rel, tmp in staged.items():
+            target = folder / rel
+            backup = None
+            if target.exists():
+                backup = target.with_name(f".{target.name}{BACKUP}")
+                os.replace(target, backup)
+            done.append((target, backup))
+            os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for target, backup in reversed(done):
+            if backup is None:
+                target.unlink(missing_ok=True)
+            else:
+                os.replace(backup, target)
         raise
+    for _, backup in done:
+        if backup is not None:
+            backup.unlink()
 
 
 def write_tree(folder: Path, files: dict[str, str], force: bool = False) -> Change:
     """Write `files` under `folder`; remove what the previous manifest listed that is
-    no longer generated. Refuses (NotOurs) before writing anything if a file to be
-    replaced is not msgen's, unless `force`."""
-    previous = previous_files(folder)
+    no longer generated. Before anything is written it refuses a damaged manifest
+    (DamagedManifest), links and folders in the way (InTheWay) and, unless `force`,
+    files msgen did not write (NotOurs). The new files are staged beside the old
+    ones and switched in together, so a failure or Ctrl-C at any point leaves the
+    old tree or the new one; what msgen does not own in the folder stays."""
+    blocked = in_the_way(folder, files)
+    if blocked:
+        raise blocked
+    try:
+        listed = previous_files(folder, force=True)
+    except OSError:
+        listed = set()
+    _recover(folder, set(files) | listed)
+    previous = previous_files(folder, force)
+    removed = sorted(rel for rel in previous - set(files))
+    blocked = in_the_way(folder, removed)
+    if blocked:
+        raise blocked
+    removed = [rel for rel in removed if (folder / rel).is_file()]
     foreign = [
         rel
         for rel in files
@@ -84,16 +214,25 @@ def write_tree(folder: Path, files: dict[str, str], force: bool = False) -> Chan
         path = folder / rel
         if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == text:
             change.unchanged.append(rel)
-            continue
-        _atomic_write(path, text)
-        change.written.append(rel)
-    for rel in sorted(previous - set(files)):
-        path = (folder / rel).resolve()
-        # only ever inside our own folder, whatever the old manifest says
-        if folder.resolve() in path.parents and path.is_file():
-            path.unlink()
-            change.removed.append(rel)
-    for rel in change.removed:
+        else:
+            change.written.append(rel)
+    made: list[Path] = []
+    staged: dict[str, Path] = {}
+    try:
+        for rel in change.written:
+            path = folder / rel
+            made += _make_folders(folder, path.parent)
+            staged[rel] = stage(path, files[rel], new_file_mode(executable=rel.endswith(".sh")))
+        with _interrupts_deferred():
+            _switch(folder, staged, removed)
+    except BaseException:
+        for tmp in staged.values():
+            tmp.unlink(missing_ok=True)
+        for path in reversed(made):
+            path.rmdir()
+        raise
+    change.removed = removed
+    for rel in removed:
         parent = (folder / rel).parent
         while parent != folder and parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
@@ -109,6 +248,8 @@ def _comparable(rel: str, text: str) -> str:
         doc = json.loads(text)
     except ValueError:
         return text
+    if not isinstance(doc, dict):
+        return text
     doc.pop("msgen_version", None)
     return json.dumps(doc, indent=2)
 
@@ -116,7 +257,7 @@ def _comparable(rel: str, text: str) -> str:
 def diff_tree(folder: Path, files: dict[str, str], label: str) -> str:
     """A unified diff from what is on disk to what would be written ('' if none)."""
     chunks = []
-    on_disk = previous_files(folder)
+    on_disk = previous_files(folder, force=True)  # a damaged one shows in the diff
     for rel in sorted(set(files) | (on_disk - set(files))):
         path = folder / rel
         old = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None

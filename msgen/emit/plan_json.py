@@ -56,17 +56,34 @@ def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
 
 
 def layer_json(plan: Plan, rep: Repeat) -> dict:
-    """A repeated layer: its copies' pipeline stages and, interleaved, their segments
-    (the model chunk of the stage each copy belongs to)."""
-    runs = plan.placement_runs(rep)
-    doc = {
-        "repeat": rep.op,
-        "count": rep.count,
-        "stages": [stage for first, end, stage, _ in runs for _ in range(first, end)],
-    }
-    if plan.interleaved:
-        doc["segments"] = [seg for first, end, _, seg in runs for _ in range(first, end)]
-    return doc
+    """A repeated layer: where its copies run, as runs of copies on one pipeline stage
+    and, interleaved, one segment (the model chunk of that stage)."""
+    placement = []
+    for first, end, stage, segment in plan.placement_runs(rep):
+        run = {"copies": [first, end], "stage": stage}
+        if plan.interleaved:
+            run["segment"] = segment
+        placement.append(run)
+    return {"repeat": rep.op, "count": rep.count, "placement": placement}
+
+
+def layer_params_json(plan: Plan) -> list[dict]:
+    """Parameters of repeated layers as runs: copies first .. end - 1 of `layer`,
+    each with the parameter `name` (path `layer.<copy>.name`) on one stage and with
+    one fusion id."""
+    return [
+        {
+            "layer": run.layer,
+            "name": run.name,
+            "copies": [run.first, run.end],
+            "shape": list(run.param.shape),
+            "split": _split(run.param.split),
+            "stages": [run.stage],
+            "fusion_id": run.fusion_id,
+        }
+        for rep in plan.repeats
+        for run in plan.layer_runs(rep)
+    ]
 
 
 def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
@@ -103,8 +120,9 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
                 "stages": list(e.stages),
                 "fusion_id": e.fusion_id,
             }
-            for e in plan.param_entries()
+            for e in plan.network_entries()
         ],
+        "layer_params": layer_params_json(plan),
         "estimate": estimate,
     }
     return json.dumps(doc, indent=2) + "\n"

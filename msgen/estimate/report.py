@@ -26,9 +26,7 @@ a whole number except under interleaving (p + (p - 1)/m on the first stage);
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 
@@ -275,22 +273,28 @@ def stage_json(s: StageMemory) -> dict:
 # the command ------------------------------------------------------------------
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, then rename over it: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.")
+def write_svg(name: str, spec: Path, svg: str) -> None:
+    """`--svg FILE`: a regular file (created or replaced), never the spec itself; `-`
+    is stdout."""
+    from msgen.cli import UsageError
+    from msgen.files import write_file
+
+    if name == "-":
+        sys.stdout.write(svg)
+        return
+    path = Path(name)
+    if path.exists() and spec.exists() and path.samefile(spec):
+        raise UsageError(f"--svg {name} is the spec itself; name another file")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        write_file(path, svg)
+    except OSError as exc:
+        raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from exc
 
 
 def estimate_command(result, args) -> int:
     """Print the whole estimate; 1 when a stage is over budget (or the spec has
     other errors, already printed: then nothing is estimated)."""
-    from msgen.cli import EXIT_ERRORS, EXIT_OK, UsageError
+    from msgen.cli import EXIT_ERRORS, EXIT_OK
 
     if result.spec is None or any(
         d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
@@ -311,8 +315,5 @@ def estimate_command(result, args) -> int:
     if args.svg:
         from msgen.estimate.svg import render_svg
 
-        try:
-            write_atomic(Path(args.svg), render_svg(est, timing))
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.svg}: {exc.strerror or exc}") from exc
+        write_svg(args.svg, Path(args.file), render_svg(est, timing))
     return EXIT_OK if est.fits else EXIT_ERRORS

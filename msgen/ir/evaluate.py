@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 from msgen.diagnostics import Diagnostic, did_you_mean, error
 from msgen.syntax import ast
+from msgen.syntax.parser import MAX_NUMBER
 
 DIM_LIMIT = 2**40
 
@@ -35,6 +38,25 @@ class Evaluator:
         self.failed = failed  # dims whose own definition was reported: stay quiet
 
     def number(self, expr: ast.Expr) -> int | float | None:
+        """The value of `expr`; one a float cannot hold (inf, or an OverflowError on the
+        way) is reported where it arises (MSL006), so every value is finite."""
+        try:
+            value = self._value(expr)
+        except OverflowError:
+            value = math.inf
+        if value is not None and not abs(value) <= MAX_NUMBER:
+            self.diags.append(
+                error(
+                    "MSL006",
+                    "the value is out of range",
+                    expr.span,
+                    f"numbers and the values computed from them are at most {MAX_NUMBER:.4g}",
+                )
+            )
+            return None
+        return value
+
+    def _value(self, expr: ast.Expr) -> int | float | None:
         match expr:
             case ast.Number(value=v):
                 return v

@@ -11,14 +11,16 @@ import hashlib
 import re
 from pathlib import Path
 
-from msgen.diagnostics import Diagnostic, Span, did_you_mean, error
+from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes
 from msgen.ir import models as ir
 from msgen.ir.evaluate import Evaluator
 from msgen.ops import OPERATORS, OPS
 from msgen.ops.base import REQUIRED
 from msgen.syntax import ast
+from msgen.syntax.parser import read_regular
 
 DTYPES = ("fp32", "fp16", "bf16")
+HCCN_LIMIT = 2**20  # an hccn.conf for 16 NPUs is under 2 KiB
 REQUIRED_BLOCKS = ("model", "cluster", "mesh", "network", "train")
 SINGLE_BLOCKS = (
     "model",
@@ -434,13 +436,14 @@ class Lowering:
 
     def read_hccn(self, path: str, span: Span) -> tuple[str, ...] | None:
         try:
-            data = (self.base_dir / path).read_bytes()
+            data = read_regular(self.base_dir / path, HCCN_LIMIT)
         except OSError as exc:
             self.err(
                 "MSL309",
                 f"cannot read `{path}`: {exc.strerror or exc}",
                 span,
-                "the path is relative to the spec's folder",
+                f"the path is relative to the spec's folder; hccn.conf is a regular file "
+                f"of at most {format_bytes(HCCN_LIMIT)}",
             )
             return None
         self.sources.append(data)
@@ -450,9 +453,12 @@ class Lowering:
             if m:
                 found[int(m.group(1))] = m.group(2)
             elif line.strip() and not re.match(r"\s*(#|\w+_\d+\s*=)", line):
+                # quote the key at most: the file may be anything (never its lines)
+                key = re.match(r"\s*(\w{1,40})\s*=", line)
+                what = f" (key {key.group(1)!r})" if key else ""
                 self.err(
                     "MSL309",
-                    f"`{path}` line {lineno} is not `key_N=value`: {line!r}",
+                    f"`{path}` line {lineno} is not `key_N=value`{what}",
                     span,
                     "hccn.conf lines read `address_N=IP`",
                 )
@@ -839,6 +845,14 @@ class Lowering:
             else:
                 v = ev.number(expr)
                 if v is None:
+                    return None
+                if arg.within and not arg.allows(v):
+                    self.err(
+                        "MSL126",
+                        f"`{arg.name}` of {kind} is {v}, out of range",
+                        expr.span,
+                        f"`{arg.name}` is in {arg.within}",
+                    )
                     return None
                 args[arg.name] = float(v)
         out, params = self.annots(annots, opdef)

@@ -39,7 +39,7 @@ class Attention(OpDef):
         Arg("causal", "bool", False),
         Arg("rope", "bool", False),
         Arg("flash", "bool", False),
-        Arg("dropout", "float", 0.0),
+        Arg("dropout", "float", 0.0, within="[0, 1)"),
     )
     composite = True
 

@@ -21,6 +21,13 @@ class Arg:
     name: str
     kind: str  # tensor | int | float | bool | op
     default: object = REQUIRED
+    within: str | None = None  # a float's interval, "[0, 1)" or "(0, inf)" (MSL126)
+
+    def allows(self, value: float) -> bool:
+        low, high = (float(end) for end in self.within[1:-1].split(","))
+        above = value >= low if self.within[0] == "[" else value > low
+        below = value <= high if self.within[-1] == "]" else value < high
+        return above and below
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class Swiglu(_Unary):
 
 class Dropout(_Unary):
     name = "dropout"
-    args = (Arg("x", "tensor"), Arg("p", "float", 0.1))
+    args = (Arg("x", "tensor"), Arg("p", "float", 0.1, within="[0, 1)"))
     saves_input = False
 
     def saves(self, node, inputs, output, ctx):

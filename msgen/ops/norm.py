@@ -51,13 +51,13 @@ class _Norm(OpDef):
 
 class LayerNorm(_Norm):
     name = "layernorm"
-    args = (Arg("x", "tensor"), Arg("eps", "float", 1e-5))
+    args = (Arg("x", "tensor"), Arg("eps", "float", 1e-5, within="(0, inf)"))
     params = ("gamma", "beta")
     weights = ("gamma", "beta")
 
 
 class RmsNorm(_Norm):
     name = "rmsnorm"
-    args = (Arg("x", "tensor"), Arg("eps", "float", 1e-6))
+    args = (Arg("x", "tensor"), Arg("eps", "float", 1e-6, within="(0, inf)"))
     params = ("gamma",)
     weights = ("gamma",)

@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
+import errno
+import math
+import os
+import stat
+import sys
 from functools import lru_cache
+from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
 
-from msgen.diagnostics import Diagnostic, Span, error
+from msgen.diagnostics import Diagnostic, Span, error, format_bytes
 from msgen.resources import resource_dir
 from msgen.syntax import ast
 
 OPENERS = {"LPAR", "LSQB"}
 CLOSERS = {"RPAR", "RSQB"}
+OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "DOUBLESLASH"}
+
+# How deep an expression may nest: brackets, plus the operators of the item each
+# open bracket is in (a chain `a + b + c` nests one level per operator). Every
+# stage after the parser walks the tree recursively, so a limit keeps them all far
+# from Python's; real specs stay below 10.
+MAX_NESTING = 100
+# The largest number a literal may write: what a float can hold.
+MAX_NUMBER = sys.float_info.max
+# The largest spec file msgen reads (a 32-layer spec is about 4 KiB).
+SPEC_LIMIT = 16 * 2**20
 
 # How a terminal is named in a message.
 TERMINAL_WORDS = {
@@ -47,22 +70,53 @@ TERMINAL_WORDS = {
 }
 
 
+class _Rejected(Exception):
+    """A token the parser must not go on with (too deep, a number too large)."""
+
+    def __init__(self, diagnostic_args: tuple):
+        super().__init__(diagnostic_args[1])
+        self.args_ = diagnostic_args
+
+
 class _Statements:
     """Post-lexer: newlines inside () and [] are not statement ends, and runs of
-    blank or comment lines are one newline. The file always ends in a newline."""
+    blank or comment lines are one newline. The file always ends in a newline.
+    It also bounds how deep expressions nest (MAX_NESTING)."""
 
     always_accept = ("_NL",)
 
     def process(self, stream):
-        depth = 0
+        operators = [0]  # per open bracket (and the statement): operators in its item
+        nesting = 0  # open brackets plus all of `operators`
         last = None
         for tok in stream:
+            depth = len(operators) - 1
             if tok.type in OPENERS:
-                depth += 1
+                operators.append(0)
+                nesting += 1
             elif tok.type in CLOSERS:
-                depth = max(0, depth - 1)
+                if depth:
+                    nesting -= 1 + operators.pop()
+            elif tok.type in OPERATORS:
+                operators[-1] += 1
+                nesting += 1
+            elif tok.type == "COMMA":
+                nesting -= operators[-1]
+                operators[-1] = 0
             elif tok.type == "_NL" and (depth > 0 or last is None or last.type == "_NL"):
                 continue
+            elif tok.type == "_NL":
+                nesting -= operators[0]
+                operators[0] = 0
+            if nesting > MAX_NESTING:
+                raise _Rejected(
+                    (
+                        "MSL005",
+                        f"expression nested too deeply (more than {MAX_NESTING} levels)",
+                        tok,
+                        "split it with named dims, or write the value out",
+                    )
+                )
             last = tok
             yield tok
         if last is not None and last.type != "_NL":
@@ -99,11 +153,21 @@ def _token_span(file: str, tok: Token) -> Span:
     )
 
 
-def _number(text: str) -> int | float:
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
+def _number(tok: Token) -> int | float:
+    """A number literal's value; one a float cannot hold is refused (MSL006)."""
+    text = str(tok)
+    value = float(text)
+    if not math.isfinite(value) or value > MAX_NUMBER:
+        shown = text if len(text) <= 24 else f"{text[:12]}...{text[-8:]}"
+        raise _Rejected(
+            (
+                "MSL006",
+                f"number {shown} is too large",
+                tok,
+                f"numbers are at most {MAX_NUMBER:.4g}",
+            )
+        )
+    return int(text) if text.isdigit() else value
 
 
 @v_args(meta=True)
@@ -121,11 +185,11 @@ class _ToAst(Transformer):
     # atoms
     def number(self, meta, children):
         (tok,) = children
-        return ast.Number(self._s(meta), _number(str(tok)), str(tok))
+        return ast.Number(self._s(meta), _number(tok), str(tok))
 
     def size(self, meta, children):
         num, unit = children
-        number = ast.Number(_token_span(self.file, num), _number(str(num)), str(num))
+        number = ast.Number(_token_span(self.file, num), _number(num), str(num))
         return ast.Size(self._s(meta), number, str(unit))
 
     def string(self, meta, children):
@@ -228,7 +292,7 @@ class _ToAst(Transformer):
 
     def version(self, meta, children):
         kw, num = children
-        number = ast.Number(_token_span(self.file, num), _number(str(num)), str(num))
+        number = ast.Number(_token_span(self.file, num), _number(num), str(num))
         keyword = self._name(kw)
         return ast.Version(keyword.span.to(number.span), keyword, number)
 
@@ -263,7 +327,7 @@ def _syntax_error(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
     if isinstance(exc, UnexpectedEOF) or (
         isinstance(exc, UnexpectedToken) and exc.token.type == "$END"
     ):
-        lines = text.splitlines() or [""]
+        lines = text[:-1].split("\n")  # lines as the lexer counts them: at \n only
         last = len(lines)
         span = Span(file=file, line=last, col=1, end_line=last, end_col=max(2, len(lines[-1]) + 1))
         return error(
@@ -284,17 +348,69 @@ def _syntax_error(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
     return error("MSL001", f"unexpected {what}", span, _expected(exc) or None)
 
 
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; OSError for anything
+    else (a FIFO is not waited on, a device not read from, a huge file not loaded)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {format_bytes(limit)}")
+    return data
+
+
+def read_source(path: Path) -> str:
+    """A spec's text exactly as its bytes say, for every command alike: no newline
+    translation (so `\\r\\n` stays as written, and a lone `\\r` is seen, not made a
+    line break). Raises OSError or UnicodeDecodeError."""
+    return read_regular(path, SPEC_LIMIT).decode("utf-8")
+
+
+def _lone_cr(text: str, file: str) -> Diagnostic | None:
+    """A carriage return not followed by a newline. Editors and terminals show it
+    as a line break, the lexer does not (it would hide the rest of a comment line's
+    text, or put it there), so it is refused wherever it is."""
+    at = next((i for i, ch in enumerate(text) if ch == "\r" and text[i + 1 : i + 2] != "\n"), None)
+    if at is None:
+        return None
+    line = text.count("\n", 0, at) + 1
+    col = at - (text.rfind("\n", 0, at) + 1) + 1
+    span = Span(file=file, line=line, col=col, end_line=line, end_col=col + 1)
+    return error(
+        "MSL002",
+        "unexpected character '\\r' (a carriage return without a newline)",
+        span,
+        "lines end in \\n or \\r\\n; delete the lone carriage return",
+    )
+
+
+def _rejected(exc: _Rejected, file: str) -> Diagnostic:
+    code, message, tok, hint = exc.args_
+    return error(code, message, _token_span(file, tok), hint)
+
+
 def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diagnostic]]:
     """Parse a whole spec. Returns the module, or None and the syntax error."""
     parser = _parser()
     _comments.clear()
     if not text.endswith("\n"):
         text += "\n"
+    if "\r" in text and (cr := _lone_cr(text, file)) is not None:
+        return None, [cr]
     try:
         tree = parser.parse(text)
+        module = _ToAst(file).transform(tree)
     except UnexpectedInput as exc:
         return None, [_syntax_error(exc, file, text)]
-    module = _ToAst(file).transform(tree)
-    comments = tuple(_comments)
-    _comments.clear()
+    except _Rejected as exc:
+        return None, [_rejected(exc, file)]
+    except VisitError as exc:
+        if isinstance(exc.orig_exc, _Rejected):
+            return None, [_rejected(exc.orig_exc, file)]
+        raise
+    finally:
+        comments = tuple(_comments)
+        _comments.clear()
     return ast.Module(module.span, module.version, module.blocks, comments), []

@@ -1,0 +1,57 @@
+"""How msgen puts a file on disk: staged beside its target, then renamed over it,
+so no reader and no interrupt ever sees half a file; and only ever in place of a
+regular file (never a device, a FIFO or a folder)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+STAGED = ".msgen-new"  # the suffix of a staged file; a run that dies leaves it behind
+
+
+class NotAFile(OSError):
+    """The path exists and is not a regular file: msgen will not replace it."""
+
+
+def new_file_mode(executable: bool = False) -> int:
+    """The mode `open()` gives a new file under the current umask (and `chmod +x`'s
+    for scripts)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if executable else 0o666) & ~mask
+
+
+def stage(path: Path, text: str, mode: int) -> Path:
+    """Write `text` to a new file beside `path`; the caller renames it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=STAGED)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def write_file(path: Path, text: str) -> None:
+    """Replace the regular file `path` (or create it) atomically. A symlink is
+    followed to its target, which keeps the link; an existing file keeps its mode."""
+    target = path.resolve() if path.is_symlink() else path
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        mode = new_file_mode()
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(f"{path} is not a regular file")
+        mode = stat.S_IMODE(st.st_mode)
+    tmp = stage(target, text, mode)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
