@@ -67,7 +67,8 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL108": (
         "wrong kind of value",
         "The value has the wrong form for its key: a dim needs an integer, device_memory a "
-        'size with a unit (`58 GiB`), nodes a list of strings, data `mindrecord("path")`.',
+        'size with a unit (`58 GiB`), nodes a list of strings, data `mindrecord("path")` '
+        'or `mindrecord("path", valid = "path")`.',
     ),
     "MSL110": (
         "unknown tensor",
@@ -375,6 +376,12 @@ CODES: dict[str, tuple[str, str]] = {
         "bad loss scale or gradient clip",
         "loss_scale is `dynamic`, `none` or a positive number; grad_clip is a positive number "
         "(the global gradient norm it clips to) or `none`.",
+    ),
+    "MSL513": (
+        "evaluation without a validation set",
+        "`eval_every = N` runs the validation set every N steps, so the data must name one: "
+        '`data = mindrecord("train.mindrecord", valid = "valid.mindrecord")` (`msgen data '
+        '--valid 0.01` writes both). With a validation set and no eval_every, it is 1000.',
     ),
 }
 
