@@ -381,7 +381,7 @@ CODES: dict[str, tuple[str, str]] = {
         "evaluation without a validation set",
         "`eval_every = N` runs the validation set every N steps, so the data must name one: "
         '`data = mindrecord("train.mindrecord", valid = "valid.mindrecord")` (`msgen data '
-        '--valid 0.01` writes both). With a validation set and no eval_every, it is 1000.',
+        "--valid 0.01` writes both). With a validation set and no eval_every, it is 1000.",
     ),
 }
 
