@@ -269,7 +269,7 @@ def test_text_files_by_file_or_by_paragraph(spec, tmp_path, tokenizer_file):
 
 
 def test_too_little_text_for_a_global_batch(spec, tmp_path, tokenizer_file):
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", [t[:200] for t in english()[:3]])
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", [t[:50] for t in english()[:3]])
     out = tmp_path / "data"
     status, _, err = msgen("data", spec, corpus, "--tokenizer", tokenizer_file, "-o", out)
     assert status == 1 and not out.exists()
