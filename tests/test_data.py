@@ -419,3 +419,37 @@ def test_ctrl_c_leaves_no_partial_dataset(spec, tmp_path, tokenizer_file, previo
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     else:
         assert not out.exists()
+
+
+def test_spec_errors_stop_before_data(tmp_path):
+    spec = write_spec(tmp_path / "spec", "    eval_every   = 10\n")
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ["text"])
+    status, _, err = msgen("data", spec, corpus, "--train-tokenizer", "-o", tmp_path / "d")
+    assert status == 1 and "error[MSL513]" in err and not (tmp_path / "d").exists()
+
+
+def test_vocab_error_as_json(tmp_path, tokenizer_file):
+    spec = write_spec(tmp_path / "spec", vocab=384)
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ["text"])
+    args = ("data", spec, corpus, "--tokenizer", tokenizer_file, "--error-format", "json")
+    status, _, err = msgen(*args)
+    (line,) = err.splitlines()
+    d = json.loads(line)
+    assert (
+        status == 1 and d["code"] == "MSL601" and d["line"] == 7 and d["file"].endswith("tiny.msl")
+    )
+
+
+def test_progress_line_on_a_terminal(capsys):
+    from msgen.data.progress import Progress
+
+    progress = Progress("msgen data d", enabled=True)
+    progress.last -= 1  # as if the last redraw were a second ago
+    progress.update(3_000_000, 40)
+    progress.done()
+    err = capsys.readouterr().err
+    assert "msgen data d: 3.0 MB, 40 documents (" in err and "MB/s" in err and "docs/s" in err
+    quiet = Progress("x", enabled=False)
+    quiet.last -= 1
+    quiet.update(1, 1)
+    assert capsys.readouterr().err == ""
