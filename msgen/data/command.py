@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msgen.data import DataError
 from msgen.data.normalize import FORMS, normalize
@@ -18,6 +19,10 @@ from msgen.data.progress import Progress
 from msgen.data.sources import INVALID_UTF8, Skipped, read, sources
 from msgen.data.tokenizer import TRAINED_EOS
 from msgen.diagnostics import Diagnostic, error
+
+if TYPE_CHECKING:
+    from msgen.data.mindrecord import WindowWriter
+    from msgen.data.pack import Packer
 
 EXIT_OK, EXIT_ERRORS = 0, 1
 FORMAT = "msgen-data 1"
@@ -102,8 +107,8 @@ class Output:
     """One MindRecord being written: its documents, its packer and its writer."""
 
     name: str
-    packer: object
-    writer: object
+    packer: Packer
+    writer: WindowWriter
     documents: int = 0
     texts: list[str] = field(default_factory=list)
     pending_bytes: int = 0
@@ -153,7 +158,6 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
     stopped it (none: written). Raises DataError for bad flags, inputs or output."""
     from msgen.data import tokenizer as tok
     from msgen.data.mindrecord import WindowWriter, import_file_writer
-    from msgen.data.pack import Packer
 
     spec = result.spec
     vocab, seq = spec.model.dims["vocab"], spec.model.dims["seq"]
@@ -161,6 +165,8 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
     check_options(options, seq)
     srcs = sources(list(options.inputs), options.field, options.paragraphs)
     import_file_writer()
+    from msgen.data.pack import Packer  # numpy: there once MindSpore is
+
     folder = options.output or Path("data") / spec.model.name
     outputs = [TRAIN] + ([VALID] if options.valid is not None else [])
     names = [f"{o}.mindrecord{suffix}" for o in outputs for suffix in ("", ".db")]
