@@ -140,9 +140,36 @@ def check_options(options: DataOptions, seq: int) -> None:
         raise DataError(f"--normalize {options.normalize}: one of {', '.join(FORMS)}")
 
 
-def vocab_error(result, message: str, hint: str) -> Diagnostic:
+def check_vocab(result, tokenizer) -> list[Diagnostic]:
+    """MSL601: every id the tokenizer (given, or to be trained) can produce is below
+    the spec's vocab."""
+    from msgen.data.tokenizer import BYTE_ALPHABET, id_count
+
     model = result.spec.model
-    return error("MSL601", message, model.spans.get("vocab", model.span), hint)
+    vocab = model.dims["vocab"]
+    span = model.spans.get("vocab", model.span)
+    if tokenizer is None and vocab <= BYTE_ALPHABET:
+        return [
+            error(
+                "MSL601",
+                f"vocab = {vocab} leaves no room for a byte-level BPE: it needs the "
+                f"{BYTE_ALPHABET} bytes and EOS",
+                span,
+                f"make vocab larger than {BYTE_ALPHABET}, or bring a tokenizer with --tokenizer",
+            )
+        ]
+    ids = id_count(tokenizer) if tokenizer is not None else 0
+    if ids > vocab:
+        return [
+            error(
+                "MSL601",
+                f"the tokenizer's ids go up to {ids - 1}, beyond vocab = {vocab}",
+                span,
+                f"make vocab at least {ids} (a multiple of 64 or 128 is usual), or use a "
+                "smaller tokenizer",
+            )
+        ]
+    return []
 
 
 def sha256_file(path: Path) -> str:
@@ -157,44 +184,25 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
     """Write the dataset for the checked spec in `result`; return the diagnostics that
     stopped it (none: written). Raises DataError for bad flags, inputs or output."""
     from msgen.data import tokenizer as tok
-    from msgen.data.mindrecord import WindowWriter, import_file_writer
+    from msgen.data.mindrecord import import_file_writer
 
     spec = result.spec
     vocab, seq = spec.model.dims["vocab"], spec.model.dims["seq"]
     # Everything that can be wrong is found before any document is read.
     check_options(options, seq)
     srcs = sources(list(options.inputs), options.field, options.paragraphs)
-    import_file_writer()
-    from msgen.data.pack import Packer  # numpy: there once MindSpore is
-
+    import_file_writer()  # before the packer, whose numpy comes with MindSpore
     folder = options.output or Path("data") / spec.model.name
     outputs = [TRAIN] + ([VALID] if options.valid is not None else [])
     names = [f"{o}.mindrecord{suffix}" for o in outputs for suffix in ("", ".db")]
     names += ["tokenizer.json"] * options.train_tokenizer + [MANIFEST]
     stage = Staging(folder, names, options.force, keep=options.tokenizer)
-    if options.tokenizer is not None:
-        tokenizer = tok.load(options.tokenizer)
-        ids = tok.id_count(tokenizer)
-        if ids > vocab:
-            return [
-                vocab_error(
-                    result,
-                    f"the tokenizer's ids go up to {ids - 1}, beyond vocab = {vocab}",
-                    f"make vocab at least {ids} (a multiple of 64 or 128 is usual), or use "
-                    "a smaller tokenizer",
-                )
-            ]
+    tokenizer = tok.load(options.tokenizer) if options.tokenizer is not None else None
+    diags = check_vocab(result, tokenizer)
+    if diags:
+        return diags
+    if tokenizer is not None:
         eos, eos_id = tok.find_eos(tokenizer, options.tokenizer, options.eos)
-    elif vocab <= tok.BYTE_ALPHABET:
-        return [
-            vocab_error(
-                result,
-                f"vocab = {vocab} leaves no room for a byte-level BPE: it needs the "
-                f"{tok.BYTE_ALPHABET} bytes and EOS",
-                f"make vocab larger than {tok.BYTE_ALPHABET}, or bring a tokenizer with "
-                "--tokenizer",
-            )
-        ]
 
     with stage:
         if options.train_tokenizer:
@@ -204,26 +212,7 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
             tokenizer = tok.train(texts, vocab)
             eos, eos_id = tok.TRAINED_EOS, tokenizer.token_to_id(tok.TRAINED_EOS)
             (stage.path / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), "utf-8")
-        counts = Counts()
-        written = {
-            o: Output(
-                o, Packer(seq + 1, options.overlap), WindowWriter(stage.path / f"{o}.mindrecord")
-            )
-            for o in outputs
-        }
-        progress = Progress(f"msgen data {folder.as_posix()}", options.progress)
-        for split, text, size in documents(srcs, options, counts, True):
-            out = written[split]
-            out.documents += 1
-            out.texts.append(text)
-            out.pending_bytes += size
-            progress.update(size, 1)
-            if out.pending_bytes >= BATCH_BYTES:
-                out.flush(tokenizer, eos_id)
-        progress.done()
-        for out in written.values():
-            out.flush(tokenizer, eos_id)
-            out.writer.commit()
+        counts, written = write_sets(srcs, options, tokenizer, eos_id, stage.path, outputs, seq)
         short = too_little(result, written.values(), spec.train.global_batch)
         if short:
             return short
@@ -237,6 +226,33 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
         stage.commit()
     print_summary(folder, result, counts, written.values(), spec.train.global_batch, options)
     return []
+
+
+def write_sets(srcs, options, tokenizer, eos_id, folder: Path, outputs, seq):
+    """The one pass that writes `<set>.mindrecord` for each set into `folder`;
+    returns the counts and the finished outputs by set."""
+    from msgen.data.mindrecord import WindowWriter
+    from msgen.data.pack import Packer
+
+    counts = Counts()
+    written = {
+        o: Output(o, Packer(seq + 1, options.overlap), WindowWriter(folder / f"{o}.mindrecord"))
+        for o in outputs
+    }
+    progress = Progress("msgen data", options.progress)
+    for split, text, size in documents(srcs, options, counts, True):
+        out = written[split]
+        out.documents += 1
+        out.texts.append(text)
+        out.pending_bytes += size
+        progress.update(size, 1)
+        if out.pending_bytes >= BATCH_BYTES:
+            out.flush(tokenizer, eos_id)
+    progress.done()
+    for out in written.values():
+        out.flush(tokenizer, eos_id)
+        out.writer.commit()
+    return counts, written
 
 
 def too_little(result, outputs, global_batch: int) -> list[Diagnostic]:
