@@ -79,6 +79,38 @@ def cmd_compile(args) -> int:
     return compile_command(result, args)
 
 
+def cmd_data(args) -> int:
+    from msgen.data import DataError
+    from msgen.data.command import DataOptions, data_command
+    from msgen.report import render
+
+    result = _analyze(args.file, args.error_format)
+    if not result.ok:
+        return EXIT_ERRORS
+    options = DataOptions(
+        inputs=tuple(Path(p) for p in args.inputs),
+        output=Path(args.output) if args.output else None,
+        field=args.field,
+        paragraphs=args.paragraphs,
+        normalize=args.normalize,
+        tokenizer=Path(args.tokenizer) if args.tokenizer else None,
+        train_tokenizer=args.train_tokenizer,
+        eos=args.eos,
+        overlap=args.overlap,
+        dedup=args.dedup,
+        valid=args.valid,
+        force=args.force,
+    )
+    try:
+        diags = data_command(result, options)
+    except DataError as exc:
+        raise UsageError(str(exc) + (f"\n  = hint: {exc.hint}" if exc.hint else "")) from exc
+    if diags:
+        sys.stderr.write(render(diags, args.error_format, {result.file: result.text}))
+        return EXIT_ERRORS
+    return EXIT_OK
+
+
 def cmd_fmt(args) -> int:
     from msgen.fmt import fmt_command
 
@@ -145,6 +177,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overwrite files in the output folder that msgen did not write")  # fmt: skip
     p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
                    help="change a value for this run, e.g. --set mesh.tp=4")  # fmt: skip
+
+    p = spec_command("data", "raw text to the tokenized, packed MindRecord train.py reads",
+                     cmd_data)  # fmt: skip
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="text (.txt, .md), JSON Lines (.jsonl) or Parquet files, .gz "
+                   "allowed, or folders of them")  # fmt: skip
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write (default: data/<model>/)")
+    p.add_argument("--field", default="text",
+                   help="the JSON Lines / Parquet field holding the text (default: text)")  # fmt: skip
+    p.add_argument("--paragraphs", action="store_true",
+                   help="text files: a document per blank-line-separated block "
+                   "(default: a document per file)")  # fmt: skip
+    p.add_argument("--normalize", choices=("nfkc", "nfc", "none"), default="nfkc",
+                   help="Unicode normalisation (default: nfkc)")  # fmt: skip
+    p.add_argument("--tokenizer", metavar="PATH", help="a Hugging Face tokenizer.json")
+    p.add_argument("--train-tokenizer", action="store_true",
+                   help="train a byte-level BPE of the spec's vocab on the input")  # fmt: skip
+    p.add_argument("--eos", metavar="TOKEN",
+                   help="the token that ends a document (default: the tokenizer's)")  # fmt: skip
+    p.add_argument("--overlap", type=int, default=0, metavar="N",
+                   help="tokens each window repeats from the one before (default: 0)")  # fmt: skip
+    p.add_argument("--dedup", action="store_true", help="drop exact duplicate documents")
+    p.add_argument("--valid", type=float, metavar="FRACTION",
+                   help="put this fraction of the documents in valid.mindrecord")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
 
     p = sub.add_parser("fmt", help="rewrite specs in the canonical layout")
     p.add_argument("files", nargs="+", metavar="SPEC")

@@ -1,7 +1,8 @@
 """Every diagnostic code msgen can report, with what `msgen explain CODE` prints.
 
 Ranges: MSL0xx syntax, MSL1xx names and shapes, MSL2xx sharding, MSL3xx topology
-and pipeline, MSL4xx memory budget, MSL5xx training settings.
+and pipeline, MSL4xx memory budget, MSL5xx training settings, MSL6xx the data
+`msgen data` makes for a spec.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL108": (
         "wrong kind of value",
         "The value has the wrong form for its key: a dim needs an integer, device_memory a "
-        'size with a unit (`58 GiB`), nodes a list of strings, data `mindrecord("path")`.',
+        'size with a unit (`58 GiB`), nodes a list of strings, data `mindrecord("path")` '
+        'or `mindrecord("path", valid = "path")`.',
     ),
     "MSL110": (
         "unknown tensor",
@@ -390,6 +392,27 @@ CODES: dict[str, tuple[str, str]] = {
         "bad loss scale or gradient clip",
         "loss_scale is `dynamic`, `none` or a positive number; grad_clip is a positive number "
         "(the global gradient norm it clips to) or `none`.",
+    ),
+    "MSL513": (
+        "evaluation without a validation set",
+        "`eval_every = N` runs the validation set every N steps, so the data must name one: "
+        '`data = mindrecord("train.mindrecord", valid = "valid.mindrecord")` (`msgen data '
+        "--valid 0.01` writes both). With a validation set and no eval_every, it is 1000.",
+    ),
+    # data
+    "MSL601": (
+        "tokenizer does not fit the vocabulary",
+        "Every token id must be below the model's `vocab`, or the embedding lookup reads "
+        "past its table. A tokenizer with fewer ids is fine (GPT-2's 50,257 under a padded "
+        "50,304); one with more needs a larger `vocab`. `--train-tokenizer` learns a "
+        "byte-level BPE of exactly `vocab` ids, which needs room for the 256 bytes and EOS.",
+    ),
+    "MSL602": (
+        "too little data",
+        "train.py reads whole global batches of `seq + 1`-token windows, so the training set, "
+        "and the validation set when there is one, must make at least `global_batch` windows. "
+        "Add text, give the validation set a larger `--valid` fraction, or lower `seq` or "
+        "`global_batch`.",
     ),
 }
 

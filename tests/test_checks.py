@@ -386,6 +386,40 @@ def test_settings(line, found):
     assert codes(check(train_line(line))) == found
 
 
+@pytest.mark.parametrize(
+    "lines, data, valid, eval_every",
+    [
+        ([], None, None, None),
+        (['data = mindrecord("t.mindrecord")'], "t.mindrecord", None, None),
+        (['data = mindrecord("t.mindrecord", valid = "v.mindrecord")'], "t.mindrecord",
+         "v.mindrecord", 1000),
+        (['data = mindrecord("t.mindrecord", valid = "v.mindrecord")', "eval_every = 25"],
+         "t.mindrecord", "v.mindrecord", 25),
+        (["data = none"], None, None, None),
+    ],
+)  # fmt: skip
+def test_data_line_names_train_and_valid_sets(lines, data, valid, eval_every):
+    result = check((LAST, LAST + "".join(f"    {line}\n" for line in lines)))
+    assert result.ok, result.diagnostics
+    assert (result.spec.train.data, result.spec.train.valid) == (data, valid)
+    assert result.spec.train.eval_every == eval_every
+
+
+@pytest.mark.parametrize(
+    "line, code",
+    [
+        ('data = mindrecord("t.mindrecord", test = "v.mindrecord")', "MSL108"),
+        ('data = mindrecord("t.mindrecord", valid = 3)', "MSL108"),
+        ('data = mindrecord("t", valid = "v", valid = "w")', "MSL108"),
+        ('data = mindrecord(valid = "v")', "MSL108"),
+        ("eval_every = 0", "MSL106"),
+        ("eval_every = 100", "MSL513"),
+    ],
+)
+def test_bad_data_lines(line, code):
+    assert codes(check(train_line(f"    {line}"))) == [code]
+
+
 def test_global_batch_mismatch_hint_offers_both_fixes():
     d = only(check(("global_batch = 8", "global_batch = 32")), "MSL501")
     assert d.hint == "set global_batch = 8, or micro_batches = 16"

@@ -50,7 +50,7 @@ def test_every_entry_is_used():
 @pytest.mark.parametrize("code", sorted(CODES))
 def test_entry_reads_well(code):
     title, body = CODES[code]
-    assert re.fullmatch(r"MSL[0-5]\d\d", code)
+    assert re.fullmatch(r"MSL[0-6]\d\d", code)
     assert title and title == title.strip() and not title.endswith(".")
     assert body.endswith(".") and "  " not in body
 

@@ -23,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
-HEAVY = ("mindspore", "black", "jinja2")
+HEAVY = ("mindspore", "black", "jinja2", "tokenizers", "pyarrow")
 
 
 def _env() -> dict[str, str]:
@@ -206,3 +206,14 @@ def test_check_does_not_load_emitters_or_mindspore() -> None:
         """)
     assert report["result"]["rc"] in (0, None), report
     assert report["heavy"] == [], f"`msgen check` loaded {report['heavy']}"
+
+
+def test_compile_loads_no_data_tooling(tmp_path) -> None:
+    """`msgen compile` needs black and jinja2, never MindSpore, tokenizers or pyarrow
+    (those are `msgen data`'s alone)."""
+    report = _modules_after(f"""
+        from msgen.cli import main
+        result["rc"] = main(["compile", "specs/tiny.msl", "-o", {str(tmp_path)!r}])
+        """)
+    assert report["result"]["rc"] == 0, report
+    assert report["heavy"] == ["black", "jinja2"], report

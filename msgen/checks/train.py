@@ -291,6 +291,16 @@ def check_settings(spec: Spec) -> list[Diagnostic]:
                 "`grad_clip = none`",
             )
         )
+    if train.eval_every is not None and train.valid is None:
+        diags.append(
+            error(
+                "MSL513",
+                "eval_every is set but the data names no validation set",
+                span("eval_every"),
+                'name one: `data = mindrecord("train.mindrecord", valid = "valid.mindrecord")`, '
+                "or remove eval_every",
+            )
+        )
     if not 0 <= train.seed < SEED_LIMIT:
         diags.append(
             error(

@@ -37,6 +37,10 @@ BLOCK_KINDS = SINGLE_BLOCKS + ("layer",)
 MODEL_REQUIRED = ("vocab", "hidden", "heads", "layers", "seq")
 FUSION_KINDS = ("allreduce", "allgather", "reducescatter")
 
+# Steps between validations when the data names a valid set and eval_every is not
+# written: Megatron-LM's --eval-interval default.
+EVAL_EVERY = 1000
+
 KEYS = {
     "cluster": {"device": True, "per_node": True, "nodes": True, "device_ips": False,
                 "master_port": False},
@@ -45,7 +49,7 @@ KEYS = {
     "train": {"micro_batch": True, "global_batch": True, "optimizer": True, "schedule": True,
               "zero": False, "loss_scale": False, "grad_clip": False, "master_weights": False,
               "grad_dtype": False, "checkpoint": False, "data": False, "seed": False,
-              "log_every": False, "scaled_init": False},
+              "log_every": False, "scaled_init": False, "eval_every": False},
     "budget": {"device_memory": False},
 }  # fmt: skip
 
@@ -332,11 +336,15 @@ class Lowering:
             elif key == "checkpoint":
                 values[key] = self.checkpoint(v, ev)
             elif key == "data":
-                values[key] = self.data(v)
+                values["data"], values["valid"] = self.data(v)
+            elif key == "eval_every":
+                values[key] = ev.dim(v, key)
             elif key == "scaled_init":
                 flag = self.name_value(stmt, ("true", "false"))
                 values[key] = None if flag is None else flag == "true"
         values = {k: v for k, v in values.items() if v is not None}
+        if "valid" in values and "eval_every" not in stmts:
+            values["eval_every"] = EVAL_EVERY
         if values.get("master_weights") == "none":
             del values["master_weights"]
         return ir.Train(span=block.span, spans=self.spans_of(stmts), **values)
@@ -352,18 +360,28 @@ class Lowering:
             return None
         return ir.Checkpoint(span=expr.span, every=every, keep=keep)
 
-    def data(self, expr) -> str | None:
+    def data(self, expr) -> tuple[str | None, str | None]:
+        """The train and validation MindRecord paths of `mindrecord("t", valid = "v")`."""
         if isinstance(expr, ast.Name) and expr.name == "none":
-            return None
+            return None, None
         if (
             isinstance(expr, ast.Call)
             and expr.func.name == "mindrecord"
             and len(expr.args) == 1
-            and not expr.kwargs
+            and all(kw.name.name == "valid" for kw in expr.kwargs)
+            and len(expr.kwargs) <= 1
         ):
-            return self.string_value(expr.args[0], "the mindrecord path")
-        self.err("MSL108", 'data is written `mindrecord("path")`', expr.span)
-        return None
+            train = self.string_value(expr.args[0], "the mindrecord path")
+            valid = None
+            for kw in expr.kwargs:
+                valid = self.string_value(kw.value, "the validation mindrecord path")
+            return train, valid
+        self.err(
+            "MSL108",
+            'data is written `mindrecord("path")` or `mindrecord("path", valid = "path")`',
+            expr.span,
+        )
+        return None, None
 
     def lower_cluster(self, block: ast.Block, ev: Evaluator) -> ir.Cluster:
         stmts = self.keyed(block, "cluster")

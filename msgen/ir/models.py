@@ -150,7 +150,9 @@ class Train(Block):
     master_weights: str | None = None
     grad_dtype: str | None = None
     checkpoint: Checkpoint | None = None
-    data: str | None = None
+    data: str | None = None  # the training MindRecord
+    valid: str | None = None  # the validation MindRecord, from `mindrecord(..., valid = "...")`
+    eval_every: int | None = None  # steps between validations; lowering sets a default with `valid`
     seed: int = 0
     log_every: int = 10  # steps between console lines (log.csv has every step)
     # output projections of repeated layers initialised with std 0.02 / sqrt(2 * layers)
