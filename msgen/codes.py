@@ -16,9 +16,10 @@ CODES: dict[str, tuple[str, str]] = {
     ),
     "MSL002": (
         "unexpected character",
-        "A character that no MSL token starts with, such as `$` or an unclosed string. "
-        "Names are letters, digits and `_`; strings are in double quotes on one line; "
-        "comments start with `#`.",
+        "A character that no MSL token starts with, such as `$` or an unclosed string, or a "
+        "carriage return not followed by a newline (anywhere, comments included: lines end "
+        "in \\n or \\r\\n). Names are letters, digits and `_`; strings are in double "
+        "quotes on one line; comments start with `#`.",
     ),
     "MSL003": (
         "unexpected end of file",

@@ -38,9 +38,10 @@ update_cell_prefix update_cell_type update_parameters_name
 """.split())
 
 # The generated files' module-level names are read from the templates
-# (template_names); construct's own arguments are not module-level, so they are
-# named here.
-CONSTRUCT_NAMES = frozenset({"self", "labels"})
+# (template_names). The locals the generated methods use beside the op names are
+# not module-level, so they are named here: construct's arguments, the loop
+# variable of repeated layers (msgen/emit/opcode.py), the fusion helper's table.
+CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters"})
 TEMPLATES = ("model.py.j2", "train.py.j2")
 
 _QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")

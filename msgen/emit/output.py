@@ -191,11 +191,7 @@ def write_tree(folder: Path, files: dict[str, str], force: bool = False) -> Chan
     blocked = in_the_way(folder, files)
     if blocked:
         raise blocked
-    try:
-        listed = previous_files(folder, force=True)
-    except OSError:
-        listed = set()
-    _recover(folder, set(files) | listed)
+    _recover(folder, set(files) | previous_files(folder, force=True))
     previous = previous_files(folder, force)
     removed = sorted(rel for rel in previous - set(files))
     blocked = in_the_way(folder, removed)
