@@ -38,7 +38,7 @@ def test_text_table(capsys):
                 "other activations", "logits", "HCCL", "total", "headroom", "verdict"):  # fmt: skip
         assert f"\n  {row} " in out
     assert "16.00 MiB per layer x 32 layers x 1 in flight" in out
-    assert "44.98 GiB   of the 58.00 GiB budget" in out
+    assert "45.03 GiB   of the 58.00 GiB budget" in out
     assert out.rstrip().endswith("fits: every stage within 58.00 GiB per device")
 
 
@@ -74,7 +74,7 @@ def test_set_overrides_change_the_estimate(capsys):
 def test_over_budget_prints_everything_and_exits_1(capsys):
     code, out, err = run(capsys, KORTHIKANTI)
     assert code == 1
-    assert "59.25 GiB" in out and "OVER BUDGET by 27.49 GiB" in out
+    assert "59.25 GiB" in out and "OVER BUDGET by 27.54 GiB" in out
     assert out.rstrip().endswith("(MSL401 above lists changes that would fit)")
     assert "error[MSL401]" in err
     code, doc = as_json(capsys, KORTHIKANTI)
