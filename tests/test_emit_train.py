@@ -80,7 +80,7 @@ def trained(tmp_path_factory) -> dict[str, Path]:
         (folder / "first_run_log.csv").write_text(log.read_text())
         # As if the run had gone on past its last checkpoint before dying.
         with log.open("a") as f:
-            f.write(f"{FIRST_STEPS + 1},9,9,9,9,9,1,9,9\n")
+            f.write(f"{FIRST_STEPS + 1},9,9,9,9,9,1,9,9,9,9,9\n")
     run_all(folders, "resumed", "--steps", str(RESUMED_STEPS), "--resume")
     return folders
 

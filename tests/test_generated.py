@@ -124,10 +124,10 @@ def test_interleaved_layers_run_on_their_virtual_stages():
     assert (cells["emb"].pipeline_stage, cells["emb"].pipeline_segment) == (0, 0)
     assert (cells["output"].pipeline_stage, cells["output"].pipeline_segment) == (1, 1)
     train = (compiled("tiny_interleaved") / "train.py").read_text()
-    assert 'step_cell.pipeline(stages=PP, interleave=True, scheduler="1f1b")' in train
+    assert 'cell.pipeline(stages=PP, interleave=True, scheduler="1f1b")' in train
     for name in ("tiny", "tiny_llama"):  # plain 1F1B elsewhere
         text = (compiled(name) / "train.py").read_text()
-        assert 'step_cell.pipeline(stages=PP, scheduler="1f1b")' in text
+        assert 'cell.pipeline(stages=PP, scheduler="1f1b")' in text
         assert "pipeline_segment" not in (compiled(name) / "model.py").read_text()
 
 
@@ -157,13 +157,13 @@ def test_the_network_is_lazy_inlined_when_distributed_on_ascend_only(monkeypatch
 
 
 def pipeline_call(train_py: str) -> dict:
-    """The keyword arguments of train.py's `step_cell.pipeline(...)`."""
+    """The keyword arguments of train.py's `cell.pipeline(...)` (in semi_auto())."""
     import ast
 
     (call,) = [
         node
         for node in ast.walk(ast.parse(train_py))
-        if isinstance(node, ast.Call) and ast.unparse(node.func) == "step_cell.pipeline"
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "cell.pipeline"
     ]
     return {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg != "stages"}
 

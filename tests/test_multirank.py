@@ -10,6 +10,7 @@ MindRecord, and stand-alone on the same global batches. Then:
 - after the run both ranks' weights are bit-identical, moved from their initial values,
   and equal the stand-alone run's within 1e-4, and so do the losses and the gradient
   norms each rank logs;
+- the validation loss every 2 steps is the stand-alone run's on both ranks;
 - `--resume` on every rank from the middle checkpoint continues exactly.
 """
 
@@ -29,7 +30,7 @@ import pytest
 from tests.emit_fixtures import SPECS, compile_spec, load
 
 STEPS, RESUME_FROM = 4, 2  # tiny_dp checkpoints every 2 steps
-DATA_ROWS = 24
+DATA_ROWS, VALID_ROWS = 24, 20  # valid: 2 whole steps of 8 (the rest is not read)
 
 
 def free_port() -> int:
@@ -87,11 +88,14 @@ def runs(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("multirank")
     folder = compile_spec(SPECS["tiny_dp"], root / "out")
-    writer = FileWriter(str(folder / "train.mindrecord"), shard_num=1)
-    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
-    rows = np.random.default_rng(7).integers(0, 256, (DATA_ROWS, 33), np.int32)
-    writer.write_raw_data([{"input_ids": r} for r in rows])
-    writer.commit()
+    rng = np.random.default_rng(7)
+    for name, count in (("train", DATA_ROWS), ("valid", VALID_ROWS)):
+        writer = FileWriter(str(folder / f"{name}.mindrecord"), shard_num=1)
+        writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
+        writer.write_raw_data(
+            [{"input_ids": r} for r in rng.integers(0, 256, (count, 33), np.int32)]
+        )
+        writer.commit()
 
     steps = ("--steps", str(STEPS))
     alone = [
@@ -140,6 +144,12 @@ def test_ranks_train_as_one_standalone_run(runs, data):
             for key in ("loss", "grad_norm", "lr", "loss_scale"):
                 assert float(mine[key]) == pytest.approx(float(theirs[key]), abs=1e-4), key
             assert mine["skipped"] == "0"
+            # The validation loss (tiny_dp evaluates every 2 steps), reduced over the ranks.
+            assert bool(mine["valid_loss"]) == (data == "data" and int(mine["step"]) % 2 == 0)
+            if mine["valid_loss"]:
+                assert float(mine["valid_loss"]) == pytest.approx(
+                    float(theirs["valid_loss"]), abs=1e-4
+                )
     losses = [float(r["loss"]) for r in alone_log]
     assert losses[-1] < losses[0]
 
@@ -162,7 +172,7 @@ def test_resume_on_every_rank_continues_exactly(runs):
         whole = runs / "msrun_data" / f"rank_{rank}"
         rows, expected = log_rows(resumed / "log.csv"), log_rows(whole / "log.csv")
         assert [int(r["step"]) for r in rows] == list(range(1, STEPS + 1))
-        keys = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
+        keys = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "valid_loss")
         assert [[r[k] for k in keys] for r in rows] == [[r[k] for k in keys] for r in expected]
         last = f"step_{STEPS:08d}.ckpt"
         got, want = checkpoint(resumed / last), checkpoint(whole / last)

@@ -177,8 +177,8 @@ def rule_dataset_strategy_matches_the_reads(folder: Path) -> list[str]:
         problems.append(f"the reader shards {read_shards} ways by {read_index}")
     calls = [
         n
-        for n in ast.walk(main)
-        if isinstance(n, ast.Call) and ast.unparse(n.func) == "step_cell.dataset_strategy"
+        for n in ast.walk(module)
+        if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".dataset_strategy")
     ]
     if not semi_auto(doc):
         return problems + (["a data-parallel tree declares a dataset strategy"] if calls else [])
@@ -266,12 +266,16 @@ def rule_parallel_mode_follows_the_mesh(folder: Path) -> list[str]:
     under msrun) with a DistributedGradReducer averaging the gradients
     (nn/wrap/grad_reducer.py); anything else: AutoParallel semi_auto with the
     PipelineGradReducer of the accumulated gradients (parallel/nn/parallel_grad_reducer.py)."""
-    main = ast.unparse(function(ast.parse((folder / "train.py").read_text()), "main"))
+    module = ast.parse((folder / "train.py").read_text())
+    main = ast.unparse(function(module, "main"))
     data_parallel = (
         "parallel_mode=ms.ParallelMode.DATA_PARALLEL" in main
         and "nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=DP)" in main
     )
-    semi = "AutoParallel(step_cell, parallel_mode='semi_auto')" in main
+    semi = (
+        "step_cell = semi_auto(step_cell)" in main
+        and "AutoParallel(cell, parallel_mode='semi_auto')" in ast.unparse(module)
+    )
     want_semi = semi_auto(plan_of(folder))
     if (semi, data_parallel) != (want_semi, not want_semi):
         return [f"semi-auto {semi}, data-parallel {data_parallel}; the mesh wants semi {want_semi}"]
@@ -305,8 +309,8 @@ BREAKS = {
     rule_dataset_strategy_matches_the_reads: (
         "gpt7b",
         "train.py",
-        "step_cell.dataset_strategy(((DP, 1), (DP, 1)))",
-        'step_cell.dataset_strategy("data_parallel")',
+        "cell.dataset_strategy(((DP, 1), (DP, 1)))",
+        'cell.dataset_strategy("data_parallel")',
     ),
     rule_checkpoints_hold_the_ranks_own_slices: (
         "tiny",

@@ -19,7 +19,9 @@ slices, plus the parallel strategy file that merging or resharding them needs.
 
 import argparse
 import csv
+import json
 import math
+import sys
 import time
 from fnmatch import fnmatch
 from pathlib import Path
@@ -30,6 +32,7 @@ import numpy as np
 from mindspore import Tensor, amp, nn, ops
 from mindspore.common import dtype as mstype
 from mindspore.communication import get_group_size, get_rank, init
+from mindspore.mindrecord import FileReader
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 from mindspore.nn.optim.optimizer import Optimizer
 from mindspore.parallel.auto_parallel import AutoParallel
@@ -45,6 +48,7 @@ SEQ = 2048
 VOCAB = 50304
 SEED = 1234
 DATA = "data/train.mindrecord"
+VALID = None
 SYNTHETIC_SEQUENCES = 16
 
 LR = 0.0003
@@ -83,7 +87,15 @@ LOG_FIELDS = (
     "skipped",
     "tokens_per_s",
     "step_time",
+    "mfu",
+    "valid_loss",
+    "valid_perplexity",
 )
+# MFU = MODEL_FLOPS_PER_STEP / (step time * devices * PEAK_FLOPS): the model FLOPs of one
+# step over all devices, as `msgen estimate` counts them (Korthikanti et al. 2022), and
+# the ascend910b's dense bf16/fp16 matmul peak per device.
+MODEL_FLOPS_PER_STEP = 22603210288005120
+PEAK_FLOPS = 354000000000000.0
 
 # The square sum of each gradient goes through this ExpandDims: under semi-auto
 # parallel MindSpore adds the sums of the other slices and stages to it, so the norm
@@ -217,6 +229,20 @@ class TrainStep(nn.Cell):
         return loss, norm, lr, ops.cast(skipped > 0.5, mstype.int32)
 
 
+def semi_auto(cell):
+    """`cell` under semi-auto parallel with the mesh's dataset strategy, pipeline and zero."""
+    cell = AutoParallel(cell, parallel_mode="semi_auto")
+    # Each rank reads its replica's rows (shards = DP): the batch dim is split DP ways
+    # and repeated over TP. "data_parallel" would take it as split over all of the
+    # stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every sample
+    # would count TP times (mindformers trainer/base_trainer.py uses this form).
+    cell.dataset_strategy(((DP, 1), (DP, 1)))
+    # The fusion groups are the parameters' comm_fusion ids (model.py). No
+    # comm_fusion() config here: it fuses by size and would overwrite those ids.
+    cell.hsdp(optimizer_level="level1")
+    return cell
+
+
 def parameter_groups(network):
     params = network.trainable_params()
     no_decay = [
@@ -245,6 +271,78 @@ def synthetic_batches(shards, shard, start_step):
         step += 1
 
 
+def data_error(message):
+    print(f"train.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_data(path):
+    """Before anything is built: `path` must be a MindRecord of int32 `input_ids`,
+    SEQ + 1 per sample, at least one step's worth; and when `msgen data` left a
+    dataset.json beside it, made for this model's vocab and seq."""
+    if not Path(path).is_file():
+        data_error(f"{path}: no such data file (make it with msgen data)")
+    try:
+        reader = FileReader(path, num_consumer=1)
+    except Exception:  # MindSpore raises several kinds for a file it cannot read
+        data_error(f"{path} is not a MindRecord file")
+    try:
+        column = reader.schema().get("input_ids")
+        if column is None or column.get("type") != "int32":
+            data_error(
+                f"{path} has no int32 input_ids column (columns: {sorted(reader.schema())})"
+            )
+        first = next(reader.get_next(), None)
+    finally:
+        reader.close()
+    if first is None:
+        data_error(f"{path} holds no samples")
+    if len(first["input_ids"]) != SEQ + 1:
+        data_error(
+            f"{path}: samples have {len(first['input_ids'])} ids; the spec's seq + 1 is {SEQ + 1}"
+        )
+    if dataset_size(path) < STEP_ROWS:
+        data_error(
+            f"{path} holds {dataset_size(path)} samples, fewer than the {STEP_ROWS} of one step"
+        )
+    made = Path(path).parent / "dataset.json"
+    if not made.is_file():
+        print(
+            f"{path}: no dataset.json beside it (not made by msgen data); its format is right",
+            flush=True,
+        )
+        return
+    meta = json.loads(made.read_text())
+    if (meta.get("vocab"), meta.get("seq")) != (VOCAB, SEQ):
+        data_error(
+            f"{made}: made for vocab={meta.get('vocab')}, seq={meta.get('seq')}; "
+            f"the spec has vocab={VOCAB}, seq={SEQ} (rerun msgen data)"
+        )
+
+
+def dataset_size(path):
+    return ds.MindDataset(
+        path, columns_list=["input_ids"], shuffle=False
+    ).get_dataset_size()
+
+
+def replica_rows(order, shards, shard):
+    """Replica `shard`'s contiguous 1/shards of each whole step of `order`, step by step."""
+    steps = len(order) // STEP_ROWS
+    return order[: steps * STEP_ROWS].reshape(steps, shards, -1)[:, shard].reshape(-1)
+
+
+def read_rows(path, indices, rows):
+    """(tokens, labels) of the samples of `path` at `indices`, in order, `rows` at a time."""
+    dataset = ds.MindDataset(
+        path, columns_list=["input_ids"], sampler=ds.SubsetSampler(indices.tolist())
+    )
+    for (ids,) in dataset.batch(rows, drop_remainder=True).create_tuple_iterator(
+        output_numpy=True, num_epochs=1
+    ):
+        yield ids[:, :-1], ids[:, 1:]
+
+
 def mindrecord_batches(shards, shard, start_step):
     """This replica's (tokens, labels) per step from `start_step` on.
 
@@ -255,26 +353,13 @@ def mindrecord_batches(shards, shard, start_step):
     what the uninterrupted one would have, by seeking.
     """
     rows = STEP_ROWS // shards
-    total = ds.MindDataset(
-        DATA, columns_list=["input_ids"], shuffle=False
-    ).get_dataset_size()
-    per_epoch = total // STEP_ROWS
-    if per_epoch == 0:
-        raise SystemExit(
-            f"{DATA} holds {total} sequences, fewer than the {STEP_ROWS} of one step"
-        )
-    epoch, at = divmod(start_step, per_epoch)
+    total = dataset_size(DATA)
+    epoch, at = divmod(start_step, total // STEP_ROWS)
     while True:
         order = np.random.default_rng([SEED, epoch]).permutation(total)
-        steps = order[: per_epoch * STEP_ROWS].reshape(per_epoch, shards, rows)
-        mine = steps[at:, shard].reshape(-1).tolist()
-        dataset = ds.MindDataset(
-            DATA, columns_list=["input_ids"], sampler=ds.SubsetSampler(mine)
+        yield from read_rows(
+            DATA, replica_rows(order, shards, shard)[at * rows :], rows
         )
-        for (ids,) in dataset.batch(rows, drop_remainder=True).create_tuple_iterator(
-            output_numpy=True, num_epochs=1
-        ):
-            yield ids[:, :-1], ids[:, 1:]
         epoch, at = epoch + 1, 0
 
 
@@ -371,6 +456,9 @@ def parse_args():
 def main():
     args = parse_args()
     batches = synthetic_batches if args.synthetic else mindrecord_batches
+    if not args.synthetic:
+        for path in (DATA, VALID) if VALID else (DATA,):
+            check_data(path)
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.runtime.set_memory(max_size="58GB")  # the spec's memory budget
     if args.standalone:
@@ -411,18 +499,10 @@ def main():
     )
     step_cell.set_train()  # dropout on
     if distributed:
-        step_cell = AutoParallel(step_cell, parallel_mode="semi_auto")
-        # Each rank reads its replica's rows (shards = DP): the batch dim is split DP
-        # ways and repeated over TP. "data_parallel" would take it as split over all of
-        # the stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every
-        # sample would count TP times (mindformers trainer/base_trainer.py uses this form).
-        step_cell.dataset_strategy(((DP, 1), (DP, 1)))
+        step_cell = semi_auto(step_cell)
         # Written when the step compiles: how this rank's slices fit the logical
         # parameters, for merging or resharding the checkpoints later.
         step_cell.save_param_strategy_file(str(folder / "strategy.ckpt"))
-        # The fusion groups are the parameters' comm_fusion ids (model.py). No
-        # comm_fusion() config here: it fuses by size and would overwrite those ids.
-        step_cell.hsdp(optimizer_level="level1")
     state = state_parameters(network, optimizer, scaler)
     # Compile first: under semi-auto parallel the parameters take their slice shapes then.
     ids = Tensor(np.zeros((STEP_ROWS // shards, SEQ), np.int32))
@@ -459,7 +539,9 @@ def main():
             skipped_total += skipped
             norm, lr = norm.asnumpy().item(), lr.asnumpy().item()
             tokens_per_s = STEP_ROWS * SEQ / took
+            mfu = MODEL_FLOPS_PER_STEP / (took * world * PEAK_FLOPS)
             perplexity = None if loss is None else float(np.exp(loss))
+            valid_loss = valid_perplexity = None
             row = (
                 step,
                 loss,
@@ -470,6 +552,9 @@ def main():
                 skipped,
                 tokens_per_s,
                 took,
+                mfu,
+                valid_loss,
+                valid_perplexity,
             )
             log.writerow(
                 "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
@@ -479,7 +564,7 @@ def main():
             if prints and (step % LOG_EVERY == 0 or step == start + 1):
                 print(
                     f"step {step}: loss {loss:.4f}, lr {lr:.3g}, grad_norm {norm:.3g}, loss scale {loss_scale:g}, "
-                    f"{tokens_per_s / world:.0f} tokens/s per device, {skipped_total} skipped",
+                    f"{tokens_per_s / world:.0f} tokens/s per device, MFU {mfu:.1%}, {skipped_total} skipped",
                     flush=True,
                 )
             if profiler is not None:

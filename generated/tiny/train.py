@@ -44,6 +44,7 @@ SEQ = 32
 VOCAB = 256
 SEED = 1234
 DATA = None
+VALID = None
 SYNTHETIC_SEQUENCES = 16
 
 LR = 0.001
@@ -80,7 +81,15 @@ LOG_FIELDS = (
     "skipped",
     "tokens_per_s",
     "step_time",
+    "mfu",
+    "valid_loss",
+    "valid_perplexity",
 )
+# MFU = MODEL_FLOPS_PER_STEP / (step time * devices * PEAK_FLOPS): the model FLOPs of one
+# step over all devices, as `msgen estimate` counts them (Korthikanti et al. 2022), and
+# the ascend910b's dense bf16/fp16 matmul peak per device.
+MODEL_FLOPS_PER_STEP = 188743680
+PEAK_FLOPS = 354000000000000.0
 
 # The square sum of each gradient goes through this ExpandDims: under semi-auto
 # parallel MindSpore adds the sums of the other slices and stages to it, so the norm
@@ -209,6 +218,21 @@ class TrainStep(nn.Cell):
         if finite:
             loss = ops.depend(loss, self.optimizer(grads))
         return loss, norm, lr, ops.cast(skipped > 0.5, mstype.int32)
+
+
+def semi_auto(cell):
+    """`cell` under semi-auto parallel with the mesh's dataset strategy, pipeline and zero."""
+    cell = AutoParallel(cell, parallel_mode="semi_auto")
+    # Each rank reads its replica's rows (shards = DP): the batch dim is split DP ways
+    # and repeated over TP. "data_parallel" would take it as split over all of the
+    # stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every sample
+    # would count TP times (mindformers trainer/base_trainer.py uses this form).
+    cell.dataset_strategy(((DP, 1), (DP, 1)))
+    # The fusion groups are the parameters' comm_fusion ids (model.py). No
+    # comm_fusion() config here: it fuses by size and would overwrite those ids.
+    cell.pipeline(stages=PP, scheduler="1f1b")
+    cell.hsdp(optimizer_level="level1")
+    return cell
 
 
 def parameter_groups(network):
@@ -367,19 +391,10 @@ def main():
     )
     step_cell.set_train()  # dropout on
     if distributed:
-        step_cell = AutoParallel(step_cell, parallel_mode="semi_auto")
-        # Each rank reads its replica's rows (shards = DP): the batch dim is split DP
-        # ways and repeated over TP. "data_parallel" would take it as split over all of
-        # the stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every
-        # sample would count TP times (mindformers trainer/base_trainer.py uses this form).
-        step_cell.dataset_strategy(((DP, 1), (DP, 1)))
+        step_cell = semi_auto(step_cell)
         # Written when the step compiles: how this rank's slices fit the logical
         # parameters, for merging or resharding the checkpoints later.
         step_cell.save_param_strategy_file(str(folder / "strategy.ckpt"))
-        # The fusion groups are the parameters' comm_fusion ids (model.py). No
-        # comm_fusion() config here: it fuses by size and would overwrite those ids.
-        step_cell.pipeline(stages=PP, scheduler="1f1b")
-        step_cell.hsdp(optimizer_level="level1")
     state = state_parameters(network, optimizer)
     # Compile first: under semi-auto parallel the parameters take their slice shapes then.
     ids = Tensor(np.zeros((STEP_ROWS // shards, SEQ), np.int32))
@@ -416,7 +431,9 @@ def main():
             skipped_total += skipped
             norm, lr = norm.asnumpy().item(), lr.asnumpy().item()
             tokens_per_s = STEP_ROWS * SEQ / took
+            mfu = MODEL_FLOPS_PER_STEP / (took * world * PEAK_FLOPS)
             perplexity = None if loss is None else float(np.exp(loss))
+            valid_loss = valid_perplexity = None
             row = (
                 step,
                 loss,
@@ -427,6 +444,9 @@ def main():
                 skipped,
                 tokens_per_s,
                 took,
+                mfu,
+                valid_loss,
+                valid_perplexity,
             )
             log.writerow(
                 "" if v is None else f"{v:.6g}" if isinstance(v, float) else v
@@ -436,7 +456,7 @@ def main():
             if prints and (step % LOG_EVERY == 0 or step == start + 1):
                 print(
                     f"step {step}: loss {loss:.4f}, lr {lr:.3g}, grad_norm {norm:.3g}, loss scale {loss_scale:g}, "
-                    f"{tokens_per_s / world:.0f} tokens/s per device, {skipped_total} skipped",
+                    f"{tokens_per_s / world:.0f} tokens/s per device, MFU {mfu:.1%}, {skipped_total} skipped",
                     flush=True,
                 )
             if profiler is not None:

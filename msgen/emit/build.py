@@ -7,6 +7,8 @@ from math import prod
 
 from msgen.checks.facts import OpFacts
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.estimate.devices import DEVICES
+from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
 from msgen.ops.attention import head_dim, kv_heads
 from msgen.ops.base import Context, split_factor
@@ -174,6 +176,8 @@ def train_spec(plan: Plan) -> TrainSpec:
         checkpoint_every=t.checkpoint.every if t.checkpoint else None,
         checkpoint_keep=t.checkpoint.keep if t.checkpoint else 5,
         data=t.data,
+        valid=t.valid,
+        eval_every=t.eval_every,
         seed=t.seed,
         log_every=t.log_every,
     )
@@ -297,4 +301,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         fusion=fusion,
         layer_fusion=layer_fusion,
         max_device_memory=gigabytes(budget) if budget else "1024GB",
+        model_flops_per_step=step_flops(plan).model,
+        device=spec.cluster.device,
+        peak_flops=DEVICES[spec.cluster.device].peak_flops,
     )

@@ -157,6 +157,8 @@ class TrainSpec:
     checkpoint_every: int | None = None
     checkpoint_keep: int = 5
     data: str | None = None  # MindRecord path; none: only --synthetic runs
+    valid: str | None = None  # validation MindRecord path
+    eval_every: int | None = None  # steps between validations (with `valid`)
     seed: int = 0
     log_every: int = 10  # steps between console lines
 
@@ -182,6 +184,11 @@ class ModelContext:
     # the device memory budget as MindSpore's set_memory(max_size=...) takes it ("58GB");
     # the default is its own (all the device has)
     max_device_memory: str = "1024GB"
+    # MFU's terms: the model FLOPs of one step over all devices (msgen estimate's
+    # model_flops_per_step) and the device's dense bf16/fp16 matmul peak
+    model_flops_per_step: int = 0
+    device: str = ""
+    peak_flops: float = 0.0
     # Comm fusion ids other than 1 (MindSpore's default): network parameter path -> id,
     # and per repeated layer, per `op.param` of one copy, runs of copies sharing an id.
     fusion: tuple[tuple[str, int], ...] = field(default=())
