@@ -1,7 +1,8 @@
 """From raw text to a falling loss: `msgen data` trains a tokenizer on text nobody here
 wrote (CPython's help topics and the Chinese Vim tutor) and writes the dataset with a
 validation split; specs/tiny.msl (vocab 512) with that data line compiles, and its
-train.py reads the MindRecord and trains 60 steps stand-alone on the CPU."""
+train.py checks and reads the MindRecord, trains 60 steps stand-alone on the CPU and
+reports the validation loss."""
 
 from __future__ import annotations
 
@@ -50,7 +51,12 @@ def test_text_to_a_falling_loss(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with (folder / "output" / "rank_0" / "log.csv").open() as f:
-        losses = [float(row["loss"]) for row in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    losses = [float(row["loss"]) for row in rows]
+    # The validation set is evaluated at the last step (eval_every defaults to 1000).
+    assert [r["step"] for r in rows if r["valid_loss"]] == [str(STEPS)]
+    assert float(rows[-1]["valid_loss"]) < 0.95 * np.log(512)
+    assert f"step {STEPS}: valid loss" in proc.stdout
     assert len(losses) == STEPS and all(np.isfinite(losses))
     assert abs(losses[0] - np.log(512)) < 0.3  # uniform over the vocabulary at init
     # Real text, 60 steps: from uniform (6.24) to below 5.6, about 10% down.

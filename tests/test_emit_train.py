@@ -257,3 +257,57 @@ def test_adamw_is_the_published_update():
     # The first step moves every element by about lr (m_hat / sqrt(v_hat) = +-1): what the
     # bias correction gives, and what nn.AdamWeightDecay (without it) does not.
     assert np.all(np.abs(want["b"] - start["b"]) > 0.5 * lr)
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "no such data file (make it with msgen data)"),
+        ("not_mindrecord", "is not a MindRecord file"),
+        ("wrong_column", "has no int32 input_ids column (columns: ['ids'])"),
+        ("wrong_seq", "samples have 21 ids; the spec's seq + 1 is 33"),
+        ("too_few", "holds 3 samples, fewer than the 8 of one step"),
+        (
+            "other_spec",
+            "made for vocab=512, seq=32; the spec has vocab=256, seq=32 (rerun msgen data)",
+        ),
+    ],
+)
+def test_train_py_checks_the_data_before_building(tmp_path, capsys, case, message):
+    """train.py's check of a MindRecord: one line on stderr and exit 2 for each misfit."""
+    from mindspore.mindrecord import FileWriter
+
+    train = load(compiled("tiny_mixed"), "train")
+    path = tmp_path / "train.mindrecord"
+    column, length, rows = "input_ids", train.SEQ + 1, train.STEP_ROWS
+    if case == "wrong_column":
+        column = "ids"
+    elif case == "wrong_seq":
+        length = 21
+    elif case == "too_few":
+        rows = 3
+    if case == "not_mindrecord":
+        path.write_text("just text\n")
+    elif case != "missing":
+        writer = FileWriter(str(path), shard_num=1)
+        writer.add_schema({column: {"type": "int32", "shape": [-1]}}, "tokens")
+        writer.write_raw_data([{column: np.arange(length, dtype=np.int32)} for _ in range(rows)])
+        writer.commit()
+    if case == "other_spec":
+        (tmp_path / "dataset.json").write_text('{"vocab": 512, "seq": 32}')
+    with pytest.raises(SystemExit) as exit_info:
+        train.check_data(str(path))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("train.py: error: ") and message in err, err
+
+
+def test_train_py_takes_data_made_elsewhere_with_a_notice(tmp_path, capsys):
+    train = load(compiled("tiny_mixed"), "train")
+    path = tmp_path / "train.mindrecord"
+    write_mindrecord(path, np.zeros((train.STEP_ROWS, train.SEQ + 1), np.int32))
+    train.check_data(str(path))
+    assert "no dataset.json beside it" in capsys.readouterr().out
+    (tmp_path / "dataset.json").write_text(f'{{"vocab": {train.VOCAB}, "seq": {train.SEQ}}}')
+    train.check_data(str(path))
+    assert capsys.readouterr().out == ""
