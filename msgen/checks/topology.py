@@ -8,6 +8,7 @@ The rank table rules behind these are in shared/reference/ascend-launch.md.
 from __future__ import annotations
 
 import ipaddress
+from functools import cache
 
 from msgen.checks.facts import Facts
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error
@@ -24,6 +25,7 @@ def or_list(items) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
+@cache  # a cluster's addresses are checked again for every layout `msgen plan` tries
 def ipv4_problem(text: str) -> str | None:
     """Why `text` is not a usable IPv4 address, or None when it is one."""
     try:
@@ -39,6 +41,12 @@ def ipv4_problem(text: str) -> str | None:
     if addr.is_reserved or text == "255.255.255.255":
         return "a reserved address"
     return None
+
+
+@cache
+def canonical_ipv4(text: str) -> str:
+    """One spelling per address (of a usable one), to find the same address twice."""
+    return str(ipaddress.IPv4Address(text))
 
 
 def head_span(span: Span, word: str) -> Span:
@@ -143,7 +151,7 @@ def check_nodes(spec: Spec) -> list[Diagnostic]:
                 )
             )
             continue
-        key = str(ipaddress.IPv4Address(node))
+        key = canonical_ipv4(node)
         if key in seen:
             diags.append(
                 error(
@@ -181,7 +189,7 @@ def check_device_ips(spec: Spec) -> list[Diagnostic]:
     node_ips = {}
     for node in cluster.nodes:
         if ipv4_problem(node) is None:
-            node_ips[str(ipaddress.IPv4Address(node))] = node
+            node_ips[canonical_ipv4(node)] = node
     seen: dict[str, tuple[int, int]] = {}
     for n, node_list in enumerate(ips):
         spans = cluster.device_ip_spans[n] if n < len(cluster.device_ip_spans) else ()
@@ -226,7 +234,7 @@ def check_device_ips(spec: Spec) -> list[Diagnostic]:
                     )
                 )
                 continue
-            key = str(ipaddress.IPv4Address(ip))
+            key = canonical_ipv4(ip)
             if key in node_ips:
                 diags.append(
                     error(
