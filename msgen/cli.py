@@ -167,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the search as JSON")
     p.add_argument("--objective", choices=("time", "memory"), default="time",
                    help="rank by predicted step time (default) or by peak memory")  # fmt: skip
+    p.add_argument("--write", metavar="FILE",
+                   help="save the top plan (or --pick N) as a spec, laid out as msgen fmt does")  # fmt: skip
+    p.add_argument("--pick", type=int, default=1, metavar="N",
+                   help="with --write: the N-th plan (default 1)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="with --write: replace an existing FILE")
 
     p = spec_command("compile", "generate the MindSpore training tree", cmd_compile)
     p.add_argument("-o", "--output", required=True, metavar="DIR",

@@ -82,3 +82,45 @@ def test_nothing_fits_says_what_would(capsys, tmp_path):
     out = capsys.readouterr().out
     assert code == 1
     assert "nothing fits the budget" in out and "more devices" in out
+
+
+def test_write_saves_the_picked_plan_as_a_formatted_spec(searches, capsys, tmp_path):
+    """`--write FILE --pick N`: the spec with plan N's settings in it, laid out as fmt
+    does, comments kept; its estimate is plan N's; an existing FILE needs --force."""
+    import shutil
+
+    from msgen.fmt import format_text
+
+    spec = tmp_path / "gpt7b.msl"
+    shutil.copy(ROOT / "specs" / "gpt7b.msl", spec)
+    shutil.copy(ROOT / "specs" / "hccn.conf", tmp_path)
+    out = tmp_path / "planned.msl"
+    _, doc = searches["gpt7b.msl"]
+    assert main(["plan", str(spec), "--top", "3", "--write", str(out), "--pick", "2"]) == 0
+    text = out.read_text()
+    assert format_text(text, str(out))[0] == text  # fmt's layout
+    assert "# data parallel" in text and "# pipeline stages" in text  # comments kept
+    capsys.readouterr()
+    code, est = run_json(capsys, "estimate", str(out), "--json")
+    assert code == 0 and est["time"]["step_s"] == doc["plans"][1]["step_s"]
+    written = text
+    assert main(["plan", str(spec), "--top", "1", "--write", str(out)]) == 2
+    assert "add --force" in capsys.readouterr().err and out.read_text() == written
+    assert main(["plan", str(spec), "--top", "1", "--write", str(out), "--force"]) == 0
+    capsys.readouterr()
+    code, est = run_json(capsys, "estimate", str(out), "--json")
+    assert est["time"]["step_s"] == doc["plans"][0]["step_s"]
+    before = spec.read_text()
+    assert main(["plan", str(spec), "--top", "1", "--write", str(spec), "--force"]) == 2
+    assert "the spec itself" in capsys.readouterr().err and spec.read_text() == before
+
+
+def test_settings_are_written_where_they_stand():
+    from msgen.syntax.edit import write_settings
+
+    text = "mesh {\n    dp = 4   # replicas\n}\n\ntrain {\n    zero = 1\n}\n"
+    out = write_settings(text, ["mesh.dp=8", "mesh.pp=2", "train.zero=2", "recompute.d=full"])
+    assert out == (
+        "mesh {\n    dp = 8   # replicas\n\n    pp = 2\n}\n\ntrain {\n    zero = 2\n}\n"
+        "\nrecompute {\n    d = full\n}\n"
+    )
