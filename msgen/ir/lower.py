@@ -13,7 +13,7 @@ from pathlib import Path
 
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes
 from msgen.ir import models as ir
-from msgen.ir.evaluate import Evaluator
+from msgen.ir.evaluate import UNIT_BYTES, Evaluator
 from msgen.ops import OPERATORS, OPS
 from msgen.ops.base import REQUIRED
 from msgen.syntax import ast
@@ -544,7 +544,16 @@ class Lowering:
         values = {}
         if "device_memory" in stmts:
             v = stmts["device_memory"].value
-            if not isinstance(v, ast.Size):
+            glued = isinstance(v, ast.Name) and re.fullmatch(r"([0-9]+)([A-Za-z]+)", v.name)
+            if glued and glued[2] in UNIT_BYTES:
+                # `64GB` lexes as one name (like `1f1b`): the unit is there, the space is not
+                self.err(
+                    "MSL108",
+                    f"`{v.name}` needs a space between the number and the unit",
+                    v.span,
+                    f"write `{glued[1]} {glued[2]}`",
+                )
+            elif not isinstance(v, ast.Size):
                 self.err("MSL108", "device_memory needs a unit, e.g. `58 GiB`", v.span)
             else:
                 size = ev.integer(v, "device_memory")
