@@ -325,6 +325,13 @@ CODES: dict[str, tuple[str, str]] = {
         "with fragments is usually about 10% above the used peak, so a run this close to the "
         "budget may still run out of memory. `msgen estimate` shows where the memory goes.",
     ),
+    "MSL403": (
+        "budget beyond the device",
+        "budget.device_memory is more than the device can give: its HBM less the runtime "
+        "reserve in msgen's device catalogue (what the CANN runtime holds before training "
+        "allocates anything). A fit against such a budget would promise memory that is not "
+        "there; lower device_memory, or leave it out to budget what the device can give.",
+    ),
     # training
     "MSL501": (
         "batch arithmetic",
