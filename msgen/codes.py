@@ -431,3 +431,8 @@ def explain(code: str) -> str | None:
         return None
     title, body = entry
     return f"{code.upper()}: {title}\n\n{body}\n"
+
+
+def listing() -> str:
+    """Every code with its title, one a line: what `msgen explain --list` prints."""
+    return "".join(f"{code}  {title}\n" for code, (title, _) in CODES.items())
