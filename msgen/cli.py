@@ -35,6 +35,9 @@ def _report(result, fmt: str) -> None:
     diags = sorted(result.diagnostics, key=sort_key)
     if diags:
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
+    if result.rederived and fmt == "text":
+        changes = ", ".join(result.rederived)
+        sys.stderr.write(f"note: --set keeps the devices and the global batch: {changes}\n")
 
 
 def _analyze(path: str, fmt: str, overrides=()):

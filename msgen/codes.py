@@ -170,6 +170,13 @@ CODES: dict[str, tuple[str, str]] = {
         "A number an op takes is outside the interval MindSpore accepts: dropout rates "
         "(`dropout(x, p)`, attention's `dropout`) are in [0, 1), norm `eps` is positive.",
     ),
+    "MSL127": (
+        "unused dim that looks like a key (warning)",
+        "A name in the `model` block that msgen does not read is a free dim, for use in "
+        "shapes and op arguments. This one is used nowhere and is close to a key msgen "
+        "does read (`kv_head` for `kv_heads`), so it is most likely a typo: the spec gets "
+        "the key's default, or misses it. Rename it, or use or delete the dim.",
+    ),
     # sharding
     "MSL201": (
         "split does not divide",

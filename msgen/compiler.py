@@ -11,10 +11,11 @@ from pathlib import Path
 from msgen.checks import run_checks
 from msgen.checks.facts import Facts
 from msgen.diagnostics import Diagnostic, has_errors, printable
-from msgen.ir.lower import lower
+from msgen.ir.lower import MODEL_KEYS, lower
 from msgen.ir.models import Spec
+from msgen.ir.rederive import rederived
 from msgen.syntax import parse, read_source
-from msgen.syntax.overrides import apply_overrides
+from msgen.syntax.overrides import apply_overrides, override_keys
 
 
 @dataclass
@@ -24,6 +25,8 @@ class Result:
     spec: Spec | None = None
     facts: Facts | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    rederived: list[str] = field(default_factory=list)
+    """What `--set` re-derived, e.g. `dp 4 → 2` (msgen.ir.rederive)."""
 
     @property
     def ok(self) -> bool:
@@ -48,11 +51,16 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
     if module is None:
         return result
     if overrides:
-        module, diags = apply_overrides(module, list(overrides))
+        module, diags = apply_overrides(module, list(overrides), {"model": MODEL_KEYS})
         result.diagnostics += diags
         if has_errors(diags):
             return result
     spec, diags = lower(module, text, file, base_dir)
+    if spec is not None and overrides and not has_errors(diags):
+        sets, result.rederived = rederived(spec, override_keys(list(overrides)))
+        if sets:
+            module, _ = apply_overrides(module, sets)
+            spec, diags = lower(module, text, file, base_dir)
     result.diagnostics += diags
     if spec is None or has_errors(diags):
         return result
