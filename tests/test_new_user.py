@@ -167,3 +167,77 @@ def test_a_typo_in_a_model_key_is_an_error_with_did_you_mean():
     # a key msgen reads, or a dim the spec defines, is fine
     assert run("estimate", GPT7B, "--set", "model.head_dim=128")[0] == 0
     assert run("estimate", GPT7B, "--set", "model.ffn=8192")[0] == 0
+
+
+# every command the README and docs show, run as printed ----------------------------
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+COMMAND = re.compile(r"^ {4,}(msgen .*?)(?:\s+# .*)?$", re.MULTILINE)
+PLACEHOLDERS = {"F": "estimate.svg", "K": "3"}
+# `msgen data` makes a dataset of at least one global batch (gpt7b: 256 windows of
+# 2,049 tokens) from a corpus, or with a tokenizer file, that a checkout does not
+# hold; tests/test_data.py runs it on a small spec and corpus.
+NOT_RUN = {
+    "msgen data specs/gpt7b.msl corpus/ --train-tokenizer",
+    "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/",
+    "msgen data specs/gpt7b.msl corpus.jsonl --train-tokenizer --valid 0.01",
+    "msgen data specs/gpt7b.msl shards/ --tokenizer gpt2/tokenizer.json --dedup -o data/gpt7b/",
+}
+# What the text next to a command says it prints (stdout + stderr), beyond exit 0.
+SAYS = {
+    "msgen estimate specs/gpt7b.msl --set mesh.tp=4": [
+        "dp 4 → 2, micro_batches 64 → 128",
+        "dp 2 x tp 4 x pp 1",
+    ],
+    "msgen explain MSL203": ["MSL203: "],
+    "msgen explain --list": ["MSL203  "],
+    "msgen check specs/*.msl": [],
+    "msgen compile specs/gpt7b.msl -o generated/": ["generated/gpt7b: "],
+}
+
+
+def documented_commands() -> list[str]:
+    found = []
+    for doc in DOCS:
+        found += [m[1].strip() for m in COMMAND.finditer(doc.read_text(encoding="utf-8"))]
+    return sorted(set(found))
+
+
+def variants(command: str) -> list[list[str]]:
+    """The command without its `[--optional]` parts and with all of them, as argv."""
+    import glob
+    import shlex
+
+    bare = re.sub(r"\s*\[--[^]]*\]", "", command)
+    full = re.sub(r"\[(--[^]]*)\]", r"\1", command)
+    out = []
+    for text in dict.fromkeys([bare, full]):
+        argv = []
+        for word in shlex.split(text)[1:]:
+            word = PLACEHOLDERS.get(word, word)
+            argv += sorted(glob.glob(word)) if "*" in word else [word]
+        out.append(argv)
+    return out
+
+
+def test_the_docs_show_commands_and_the_test_knows_what_it_leaves_out():
+    commands = documented_commands()
+    assert "msgen estimate specs/gpt7b.msl --set mesh.tp=4" in commands
+    assert NOT_RUN <= set(commands), NOT_RUN - set(commands)
+    assert set(SAYS) <= set(commands), set(SAYS) - set(commands)
+
+
+def test_every_documented_command_runs_as_printed(tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    shutil.copytree(ROOT / "generated", tmp_path / "generated")
+    monkeypatch.chdir(tmp_path)
+    for command in documented_commands():
+        if command in NOT_RUN:
+            continue
+        for argv in variants(command):
+            code, out, err = run(*argv)
+            assert code == 0, (command, argv, err[-2000:])
+            for text in SAYS.get(command, []):
+                assert text in out + err, (command, text, out[-500:], err[-500:])
