@@ -241,3 +241,15 @@ def test_every_documented_command_runs_as_printed(tmp_path, monkeypatch):
             assert code == 0, (command, argv, err[-2000:])
             for text in SAYS.get(command, []):
                 assert text in out + err, (command, text, out[-500:], err[-500:])
+
+
+def test_the_readme_installs_msgen_alone_for_those_who_only_compile():
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme[readme.index("## Quick start") : readme.index("## Commands")]
+    assert "    pip install -e .\n" in quick
+    assert "    make demo " in quick and "    make test " in quick
+    # what `pip install -e .` brings: no MindSpore (check, estimate, compile never import it)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert not [d for d in project["dependencies"] if d.lower().startswith("mindspore")]
