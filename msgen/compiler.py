@@ -33,15 +33,27 @@ class Result:
         return self.spec is not None and not has_errors(self.diagnostics)
 
 
-def display_path(path: Path) -> str:
-    """The spec as headers and messages name it: relative to the current
-    directory in posix form, or its file name when it lies outside; escaped where
-    it is not printable, so no file name can end a comment line in generated code."""
+def _relative(path: Path) -> str | None:
+    """The path relative to the current directory in posix form, or None outside it."""
     try:
-        name = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
-        name = path.name
-    return printable(name)
+        return None
+
+
+def display_path(path: Path) -> str:
+    """The spec as generated headers name it: relative to the current directory,
+    or its file name when it lies outside (no machine path in committed code);
+    escaped where it is not printable, so no file name can end a comment line in
+    generated code."""
+    return printable(_relative(path) or path.name)
+
+
+def spec_label(path: Path) -> str:
+    """The spec as messages name it: relative to the current directory, or the
+    path as given when it lies outside, so two `x.msl` in different folders stay
+    apart."""
+    return printable(_relative(path) or path.as_posix())
 
 
 def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()) -> Result:
@@ -73,4 +85,4 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
 def analyze(path: Path, overrides: list[str] = ()) -> Result:
     """Read and check one spec file (the caller handles a file that cannot be read)."""
     text = read_source(path)
-    return analyze_text(text, display_path(path), path.parent, overrides)
+    return analyze_text(text, spec_label(path), path.parent, overrides)

@@ -253,3 +253,16 @@ def test_the_readme_installs_msgen_alone_for_those_who_only_compile():
     # what `pip install -e .` brings: no MindSpore (check, estimate, compile never import it)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert not [d for d in project["dependencies"] if d.lower().startswith("mindspore")]
+
+
+def test_two_specs_with_one_base_name_are_labelled_by_the_path_given(tmp_path, monkeypatch):
+    base = (ROOT / "tests" / "cases" / "base.msl").read_text(encoding="utf-8")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.msl").write_text(base.replace("tp = 2\n", "tp = 3\n"))
+    monkeypatch.chdir(ROOT)  # both lie outside the current directory
+    given = [str(tmp_path / "a" / "x.msl"), str(tmp_path / "b" / "x.msl")]
+    code, _, err = run("check", *given)
+    assert code == EXIT_ERRORS
+    heads = [line for line in err.splitlines() if "error[MSL301]" in line]
+    assert [h.split(":")[0] for h in heads] == given

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from msgen.compiler import display_path
 from msgen.emit import emit, notes
 from msgen.emit.output import DamagedManifest, InTheWay, NotOurs, diff_tree, write_tree
 from msgen.plan import build_plan
@@ -14,7 +15,7 @@ EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
 
 def compile_command(result, args) -> int:
     plan = build_plan(result.spec, result.facts)
-    files = emit(plan, result.file)
+    files = emit(plan, display_path(Path(args.file)))
     out = Path(args.output)
     folder = out / result.spec.model.name
     label = (out / result.spec.model.name).as_posix()
