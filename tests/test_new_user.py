@@ -266,3 +266,36 @@ def test_two_specs_with_one_base_name_are_labelled_by_the_path_given(tmp_path, m
     assert code == EXIT_ERRORS
     heads = [line for line in err.splitlines() if "error[MSL301]" in line]
     assert [h.split(":")[0] for h in heads] == given
+
+
+def test_compile_refuses_to_overwrite_a_generated_file_edited_by_hand(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = str(tmp_path / "out")
+    assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
+    model = tmp_path / "out" / "tiny" / "model.py"
+    edited = model.read_text() + "# a local fix\n"
+    model.write_text(edited)
+    # a change of the spec would overwrite it: refused, naming the file, nothing written
+    code, _, err = run("compile", "specs/tiny.msl", "-o", out, "--set", "model.seq=64")
+    assert code == 2
+    assert "refusing to overwrite generated files edited by hand in " in err
+    assert err.splitlines()[0].endswith("out/tiny: model.py")
+    assert model.read_text() == edited
+    # an edit the new tree already holds loses nothing; --force overwrites
+    assert run("compile", "specs/tiny.msl", "-o", out, "--set", "model.seq=64", "--force")[0] == 0
+    assert "# a local fix" not in model.read_text()
+
+
+def test_compile_refuses_a_second_spec_with_the_same_model_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = str(tmp_path / "out")
+    assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
+    before = (tmp_path / "out" / "tiny" / "manifest.json").read_text()
+    other = tmp_path / "other.msl"
+    other.write_text((ROOT / "tests" / "cases" / "base.msl").read_text())  # also `model tiny`
+    code, _, err = run("compile", str(other), "-o", out)
+    assert code == 2
+    assert "it was compiled from specs/tiny.msl, not other.msl" in err
+    assert (tmp_path / "out" / "tiny" / "manifest.json").read_text() == before
+    # the same spec again is fine
+    assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
