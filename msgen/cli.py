@@ -35,6 +35,9 @@ def _report(result, fmt: str) -> None:
     diags = sorted(result.diagnostics, key=sort_key)
     if diags:
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
+    if result.rederived and fmt == "text":
+        changes = ", ".join(result.rederived)
+        sys.stderr.write(f"note: --set keeps the devices and the global batch: {changes}\n")
 
 
 def _analyze(path: str, fmt: str, overrides=()):
@@ -49,11 +52,30 @@ def _analyze(path: str, fmt: str, overrides=()):
 
 def cmd_check(args) -> int:
     status = EXIT_OK
+    errors = warnings = 0
     for path in args.files:
         result = _analyze(path, args.error_format)
         if not result.ok:
             status = EXIT_ERRORS
+        errors += sum(d.is_error for d in result.diagnostics)
+        warnings += sum(not d.is_error for d in result.diagnostics)
+    # a person at a terminal learns that silence meant success; pipes and JSON Lines
+    # readers get only the diagnostics
+    if args.error_format == "text" and sys.stdout.isatty():
+        sys.stdout.write(check_summary(len(args.files), errors, warnings) + "\n")
     return status
+
+
+def check_summary(specs: int, errors: int, warnings: int) -> str:
+    """`3 specs, no errors`, `1 spec, 2 errors, 1 warning`."""
+
+    def count(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    parts = [count(specs, "spec"), count(errors, "error") if errors else "no errors"]
+    if warnings:
+        parts.append(count(warnings, "warning"))
+    return ", ".join(parts)
 
 
 def cmd_estimate(args) -> int:
@@ -118,8 +140,13 @@ def cmd_fmt(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    from msgen.codes import explain
+    from msgen.codes import explain, listing
 
+    if args.list:
+        sys.stdout.write(listing())
+        return EXIT_OK
+    if args.code is None:
+        raise UsageError("explain needs a CODE (such as MSL201), or --list")
     text = explain(args.code)
     if text is None:
         raise UsageError(f"no such code: {args.code} (codes look like MSL201)")
@@ -208,14 +235,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="put this fraction of the documents in valid.mindrecord")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
 
-    p = sub.add_parser("fmt", help="rewrite specs in the canonical layout")
+    text = "rewrite specs in the canonical layout, keeping comments"
+    p = sub.add_parser("fmt", help=text, description=text)
     p.add_argument("files", nargs="+", metavar="SPEC")
     p.add_argument("--check", action="store_true",
                    help="write nothing; exit 3 if a file would change")  # fmt: skip
     p.set_defaults(func=cmd_fmt)
 
-    p = sub.add_parser("explain", help="what an error code means and how to fix it")
-    p.add_argument("code", metavar="CODE")
+    text = "what an error code means and how to fix it"
+    p = sub.add_parser("explain", help=text, description=text)
+    p.add_argument("code", metavar="CODE", nargs="?")
+    p.add_argument("--list", action="store_true", help="list every code with its title")
     p.set_defaults(func=cmd_explain)
     return parser
 

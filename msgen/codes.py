@@ -170,6 +170,13 @@ CODES: dict[str, tuple[str, str]] = {
         "A number an op takes is outside the interval MindSpore accepts: dropout rates "
         "(`dropout(x, p)`, attention's `dropout`) are in [0, 1), norm `eps` is positive.",
     ),
+    "MSL127": (
+        "unused dim that looks like a key (warning)",
+        "A name in the `model` block that msgen does not read is a free dim, for use in "
+        "shapes and op arguments. This one is used nowhere and is close to a key msgen "
+        "does read (`kv_head` for `kv_heads`), so it is most likely a typo: the spec gets "
+        "the key's default, or misses it. Rename it, or use or delete the dim.",
+    ),
     # sharding
     "MSL201": (
         "split does not divide",
@@ -325,6 +332,13 @@ CODES: dict[str, tuple[str, str]] = {
         "with fragments is usually about 10% above the used peak, so a run this close to the "
         "budget may still run out of memory. `msgen estimate` shows where the memory goes.",
     ),
+    "MSL403": (
+        "budget beyond the device",
+        "budget.device_memory is more than the device can give: its HBM less the runtime "
+        "reserve in msgen's device catalogue (what the CANN runtime holds before training "
+        "allocates anything). A fit against such a budget would promise memory that is not "
+        "there; lower device_memory, or leave it out to budget what the device can give.",
+    ),
     # training
     "MSL501": (
         "batch arithmetic",
@@ -424,3 +438,8 @@ def explain(code: str) -> str | None:
         return None
     title, body = entry
     return f"{code.upper()}: {title}\n\n{body}\n"
+
+
+def listing() -> str:
+    """Every code with its title, one a line: what `msgen explain --list` prints."""
+    return "".join(f"{code}  {title}\n" for code, (title, _) in CODES.items())

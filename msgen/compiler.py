@@ -11,10 +11,11 @@ from pathlib import Path
 from msgen.checks import run_checks
 from msgen.checks.facts import Facts
 from msgen.diagnostics import Diagnostic, has_errors, printable
-from msgen.ir.lower import lower
+from msgen.ir.lower import MODEL_KEYS, lower
 from msgen.ir.models import Spec
+from msgen.ir.rederive import rederived
 from msgen.syntax import parse, read_source
-from msgen.syntax.overrides import apply_overrides
+from msgen.syntax.overrides import apply_overrides, override_keys
 
 
 @dataclass
@@ -24,21 +25,35 @@ class Result:
     spec: Spec | None = None
     facts: Facts | None = None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    rederived: list[str] = field(default_factory=list)
+    """What `--set` re-derived, e.g. `dp 4 → 2` (msgen.ir.rederive)."""
 
     @property
     def ok(self) -> bool:
         return self.spec is not None and not has_errors(self.diagnostics)
 
 
-def display_path(path: Path) -> str:
-    """The spec as headers and messages name it: relative to the current
-    directory in posix form, or its file name when it lies outside; escaped where
-    it is not printable, so no file name can end a comment line in generated code."""
+def _relative(path: Path) -> str | None:
+    """The path relative to the current directory in posix form, or None outside it."""
     try:
-        name = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
-        name = path.name
-    return printable(name)
+        return None
+
+
+def display_path(path: Path) -> str:
+    """The spec as generated headers name it: relative to the current directory,
+    or its file name when it lies outside (no machine path in committed code);
+    escaped where it is not printable, so no file name can end a comment line in
+    generated code."""
+    return printable(_relative(path) or path.name)
+
+
+def spec_label(path: Path) -> str:
+    """The spec as messages name it: relative to the current directory, or the
+    path as given when it lies outside, so two `x.msl` in different folders stay
+    apart."""
+    return printable(_relative(path) or path.as_posix())
 
 
 def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()) -> Result:
@@ -48,11 +63,16 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
     if module is None:
         return result
     if overrides:
-        module, diags = apply_overrides(module, list(overrides))
+        module, diags = apply_overrides(module, list(overrides), {"model": MODEL_KEYS})
         result.diagnostics += diags
         if has_errors(diags):
             return result
     spec, diags = lower(module, text, file, base_dir)
+    if spec is not None and overrides and not has_errors(diags):
+        sets, result.rederived = rederived(spec, override_keys(list(overrides)))
+        if sets:
+            module, _ = apply_overrides(module, sets)
+            spec, diags = lower(module, text, file, base_dir)
     result.diagnostics += diags
     if spec is None or has_errors(diags):
         return result
@@ -65,4 +85,4 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
 def analyze(path: Path, overrides: list[str] = ()) -> Result:
     """Read and check one spec file (the caller handles a file that cannot be read)."""
     text = read_source(path)
-    return analyze_text(text, display_path(path), path.parent, overrides)
+    return analyze_text(text, spec_label(path), path.parent, overrides)

@@ -668,7 +668,7 @@ def fmt_command(args) -> int:
     """`msgen fmt [--check] FILE...`: all or nothing, like compile: a syntax error in
     any file, and no file is touched."""
     from msgen.cli import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
-    from msgen.compiler import display_path
+    from msgen.compiler import spec_label
     from msgen.files import write_file
     from msgen.report import render, sort_key
 
@@ -684,11 +684,9 @@ def fmt_command(args) -> int:
             text = read_source(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {name}: {exc}") from exc
-        out, diags = format_text(text, display_path(path))
+        out, diags = format_text(text, spec_label(path))
         if out is None:
-            sys.stderr.write(
-                render(sorted(diags, key=sort_key), "text", {display_path(path): text})
-            )
+            sys.stderr.write(render(sorted(diags, key=sort_key), "text", {spec_label(path): text}))
             failed = True
         results.append((path, name, text, out))
     if failed:

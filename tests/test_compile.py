@@ -86,15 +86,17 @@ def test_refuses_a_hand_written_file_without_force(tmp_path):
 
 
 def test_removes_files_it_no_longer_generates_and_nothing_else(tmp_path):
-    assert main(["compile", "specs/tiny.msl", "-o", str(tmp_path)]) == 0
+    spec = (ROOT / "specs/tiny.msl").read_text()
+    alt = tmp_path / "specs"
+    alt.mkdir()
+    (alt / "hccn.conf").write_text((ROOT / "specs/hccn.conf").read_text())
+    (alt / "tiny.msl").write_text(spec)
+    assert main(["compile", str(alt / "tiny.msl"), "-o", str(tmp_path)]) == 0
     folder = tmp_path / "tiny"
     assert (folder / "hccl.json").exists()
     (folder / "README.local").write_text("mine\n")
     # without device IPs there is no honest rank table: both rank-table files go
-    spec = (ROOT / "specs/tiny.msl").read_text()
     no_ips = "\n".join(line for line in spec.splitlines() if "device_ips" not in line) + "\n"
-    alt = tmp_path / "specs"
-    alt.mkdir()
     (alt / "tiny.msl").write_text(no_ips)
     assert main(["compile", str(alt / "tiny.msl"), "-o", str(tmp_path)]) == 0
     assert not (folder / "hccl.json").exists()

@@ -536,10 +536,10 @@ def test_llama13b_params_total():
     llama = SPECS / "llama13b.msl"
     if not llama.exists():
         pytest.skip("specs/llama13b.msl not written yet")
-    v, h, f, n, heads, kv, hd = 32000, 5120, 13824, 40, 40, 8, 128
+    v, h, f, n, heads, kv, hd = 32000, 5120, 13824, 40, 40, 40, 128
     layer = h + h * (heads + 2 * kv) * hd + heads * hd * h + h + 3 * h * f  # no biases
     expected = n * layer + v * h + h + h * v  # untied output layer
-    assert expected == 11_338_142_720
+    assert expected == 13_015_864_320  # LLaMA-2-13B as published (Touvron et al. 2023)
     assert estimate_file(llama).params_total == expected
 
 

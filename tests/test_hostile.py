@@ -264,12 +264,13 @@ def test_damaged_manifest(tmp_path, capsys, doc):
 
 
 def emitted(path: Path) -> dict[str, str]:
-    from msgen.compiler import analyze
+    """The tree of `path` as if compiled from BASE: two versions of one spec."""
+    from msgen.compiler import analyze, display_path
     from msgen.emit import emit
     from msgen.plan import build_plan
 
     result = analyze(path)
-    return emit(build_plan(result.spec, result.facts), result.file)
+    return emit(build_plan(result.spec, result.facts), display_path(BASE))
 
 
 def two_trees(tmp_path) -> tuple[Path, dict, dict]:

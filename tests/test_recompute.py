@@ -27,16 +27,16 @@ from tests.emit_fixtures import ROOT, load, network_class
 
 SPECS = sorted((ROOT / "specs").glob("*.msl"))
 VALIDATION = sorted((ROOT / "specs" / "validation").glob("*.msl"))
-NO_BUDGET = "budget.device_memory=100000 GiB"  # korthikanti22b is over its budget on purpose
 
 
 @cache
 def checked(spec: Path, mode: str | None):
     """(plan, layer name) of `spec` with its one repeated layer's recompute set to `mode`."""
     layer = re.search(r"^layer (\w+)", spec.read_text(), re.M).group(1)
-    overrides = [NO_BUDGET] + ([f"recompute.{layer}={mode}"] if mode else [])
-    result = analyze(spec, overrides)
-    assert result.ok, [d.message for d in result.diagnostics]
+    result = analyze(spec, [f"recompute.{layer}={mode}"] if mode else [])
+    # over the budget is fine here (korthikanti22b is on purpose): only the plan matters
+    errors = [d.message for d in result.diagnostics if d.is_error and d.code[:4] != "MSL4"]
+    assert result.facts is not None and not errors, errors
     return build_plan(result.spec, result.facts), layer
 
 

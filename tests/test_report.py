@@ -53,8 +53,10 @@ def test_one_bad_spec_among_several_exits_1(tmp_path):
     shutil.copytree(CASES / WARNED, good)
     proc = msgen("check", "good/spec.msl", str(CASES / BAD / "spec.msl"), cwd=tmp_path)
     assert proc.returncode == 1
-    # each file's diagnostics name that file
-    assert "good/spec.msl:" in proc.stderr and "\nspec.msl:21:5: error[MSL201]" in proc.stderr
+    # each file's diagnostics name that file: inside the current directory relative to
+    # it, outside it as given
+    bad = CASES / BAD / "spec.msl"
+    assert "good/spec.msl:" in proc.stderr and f"\n{bad}:21:5: error[MSL201]" in proc.stderr
 
 
 def test_missing_file_exits_2():

@@ -3,7 +3,7 @@
 A stage over budget is MSL401, with its breakdown and up to three changes that
 would make every stage fit, each with its effect from estimating the changed
 spec (msgen.estimate.whatif). A stage that fits without the 10% fragmentation
-headroom is warning MSL402.
+headroom is warning MSL402. A budget above what the device can give is MSL403.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
     budget, _ = budget_of(spec)
     if budget is None:
         return []
+    beyond = beyond_device(spec, budget)
+    if beyond is not None:
+        return [beyond]
     est = estimate(Plan(spec, facts))
     span = budget_span(spec)
     over = [s for s in est.stages if not s.fits]
@@ -76,6 +79,27 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
                 )
             )
     return diags
+
+
+def beyond_device(spec: Spec, budget: int) -> Diagnostic | None:
+    """MSL403 when the written budget is more than the device can give (its memory
+    less the runtime's reserve): a fit against it would promise memory that is not
+    there."""
+    from msgen.estimate.devices import DEVICES
+    from msgen.estimate.report import gib
+
+    device = DEVICES.get(spec.cluster.device)
+    if device is None or budget <= device.usable_bytes:
+        return None
+    return error(
+        "MSL403",
+        f"the budget of {gib(budget)} GiB per device is more than {device.name} can give: "
+        f"{gib(device.usable_bytes)} GiB ({gib(device.hbm_bytes)} GiB HBM - "
+        f"{gib(device.reserve_bytes)} GiB runtime reserve)",
+        budget_span(spec),
+        f"lower device_memory to at most {gib(device.usable_bytes)} GiB, or remove it "
+        "to budget what the device can give",
+    )
 
 
 def change_effect(stage: StageMemory, before: Estimate, after: Estimate) -> str:

@@ -5,8 +5,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from msgen.compiler import display_path
 from msgen.emit import emit, notes
-from msgen.emit.output import DamagedManifest, InTheWay, NotOurs, diff_tree, write_tree
+from msgen.emit.output import (
+    DamagedManifest,
+    EditedByHand,
+    InTheWay,
+    NotOurs,
+    OtherSpec,
+    diff_tree,
+    write_tree,
+)
 from msgen.plan import build_plan
 
 EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
@@ -14,7 +23,7 @@ EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
 
 def compile_command(result, args) -> int:
     plan = build_plan(result.spec, result.facts)
-    files = emit(plan, result.file)
+    files = emit(plan, display_path(Path(args.file)))
     out = Path(args.output)
     folder = out / result.spec.model.name
     label = (out / result.spec.model.name).as_posix()
@@ -31,6 +40,21 @@ def compile_command(result, args) -> int:
         sys.stderr.write(
             f"msgen: error: refusing to overwrite files msgen did not write in {label}: "
             f"{', '.join(exc.paths)}\n  = hint: move them away, or pass --force\n"
+        )
+        return EXIT_USAGE
+    except EditedByHand as exc:
+        sys.stderr.write(
+            f"msgen: error: refusing to overwrite generated files edited by hand in {label}: "
+            f"{', '.join(exc.paths)}\n  = hint: their bytes differ from the hash in "
+            "manifest.json; keep the edits elsewhere, or pass --force\n"
+        )
+        return EXIT_USAGE
+    except OtherSpec as exc:
+        sys.stderr.write(
+            f"msgen: error: refusing to write {label}: it was compiled from {exc.previous}, "
+            f"not {exc.new}, and both name the model `{result.spec.model.name}`\n"
+            "  = hint: compile into another folder or rename the model; --force if it is "
+            "the same spec, moved\n"
         )
         return EXIT_USAGE
     except InTheWay as exc:

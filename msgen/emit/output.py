@@ -8,6 +8,7 @@ overwritten without `force`, and nothing outside the folder is touched.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import os
 import signal
@@ -49,6 +50,22 @@ class DamagedManifest(Exception):
     """manifest.json is there but is not a manifest msgen wrote."""
 
 
+class EditedByHand(Exception):
+    """Generated files whose bytes no longer match the hash the manifest recorded."""
+
+    def __init__(self, paths: list[str]):
+        super().__init__(", ".join(paths))
+        self.paths = paths
+
+
+class OtherSpec(Exception):
+    """The folder holds the tree of another spec with the same model name."""
+
+    def __init__(self, previous: str, new: str):
+        super().__init__(f"compiled from {previous}, not {new}")
+        self.previous, self.new = previous, new
+
+
 BACKUP = ".msgen-old"  # the old file while the new tree is switched in
 
 
@@ -60,12 +77,12 @@ def _listed_path(rel: object) -> bool:
     return not PurePosixPath(rel).is_absolute() and ".." not in parts and "." not in rel.split("/")
 
 
-def previous_files(folder: Path, force: bool = False) -> set[str]:
-    """What the previous manifest lists (nothing when there is none). A manifest that
-    is not msgen's is DamagedManifest, unless `force`: then it is ignored."""
+def previous_manifest(folder: Path, force: bool = False) -> dict:
+    """The previous manifest ({} when there is none). A manifest that is not msgen's
+    is DamagedManifest, unless `force`: then it is ignored."""
     path = folder / MANIFEST
     if not path.is_file():
-        return set()
+        return {}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         files = doc["files"]
@@ -73,9 +90,30 @@ def previous_files(folder: Path, force: bool = False) -> set[str]:
             raise TypeError
     except (OSError, ValueError, TypeError, KeyError):
         if force:
-            return set()
+            return {}
         raise DamagedManifest(f"{MANIFEST} is damaged (not a manifest msgen wrote)") from None
-    return set(files)
+    return doc
+
+
+def previous_files(folder: Path, force: bool = False) -> set[str]:
+    """What the previous manifest lists (nothing when there is none)."""
+    return set(previous_manifest(folder, force).get("files", {}))
+
+
+def edited_by_hand(folder: Path, listed: dict, files: dict[str, str]) -> list[str]:
+    """The files the manifest hashed whose bytes differ from that hash, among those
+    this run would overwrite (with other text) or remove."""
+    edited = []
+    for rel, recorded in sorted(listed.items()):
+        path = folder / rel
+        if not isinstance(recorded, str) or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if rel in files and data == files[rel].encode():
+            continue  # nothing of the edit would be lost
+        if hashlib.sha256(data).hexdigest() != recorded:
+            edited.append(rel)
+    return edited
 
 
 def bears_header(path: Path) -> bool:
@@ -187,12 +225,21 @@ def write_tree(folder: Path, files: dict[str, str], force: bool = False) -> Chan
     (DamagedManifest), links and folders in the way (InTheWay) and, unless `force`,
     files msgen did not write (NotOurs). The new files are staged beside the old
     ones and switched in together, so a failure or Ctrl-C at any point leaves the
-    old tree or the new one; what msgen does not own in the folder stays."""
+    old tree or the new one; what msgen does not own in the folder stays. Unless
+    `force`, it also refuses a folder another spec was compiled into (OtherSpec)
+    and generated files edited by hand (EditedByHand)."""
     blocked = in_the_way(folder, files)
     if blocked:
         raise blocked
     _recover(folder, set(files) | previous_files(folder, force=True))
-    previous = previous_files(folder, force)
+    manifest = previous_manifest(folder, force)
+    previous = set(manifest.get("files", {}))
+    spec = json.loads(files[MANIFEST])["spec"] if MANIFEST in files else None
+    if not force and manifest and spec is not None and manifest.get("spec") != spec:
+        raise OtherSpec(str(manifest.get("spec")), spec)
+    edited = edited_by_hand(folder, manifest.get("files", {}), files)
+    if edited and not force:
+        raise EditedByHand(edited)
     removed = sorted(rel for rel in previous - set(files))
     blocked = in_the_way(folder, removed)
     if blocked:

@@ -77,7 +77,11 @@ class Evaluator:
                         )
                     )
                 else:
-                    hint = did_you_mean(name, self.env) or f"known dims: {', '.join(self.env)}"
+                    hint = did_you_mean(name, self.env) or (
+                        f"known dims: {', '.join(self.env)}"
+                        if self.env
+                        else "no dims can be used here: write a whole number"
+                    )
                     self.diags.append(error("MSL101", f"unknown dim `{name}`", expr.span, hint))
                 return None
             case ast.Neg(operand=o):

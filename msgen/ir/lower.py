@@ -7,13 +7,16 @@ axes are left for the check passes to resolve.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
-from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes
+from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes, warning
 from msgen.ir import models as ir
-from msgen.ir.evaluate import Evaluator
+from msgen.ir.evaluate import UNIT_BYTES, Evaluator
 from msgen.ops import OPERATORS, OPS
 from msgen.ops.base import REQUIRED
 from msgen.syntax import ast
@@ -35,6 +38,8 @@ SINGLE_BLOCKS = (
 )
 BLOCK_KINDS = SINGLE_BLOCKS + ("layer",)
 MODEL_REQUIRED = ("vocab", "hidden", "heads", "layers", "seq")
+# The model keys msgen reads by name; any other name in `model` is a free dim.
+MODEL_KEYS = MODEL_REQUIRED + ("ffn", "kv_heads", "head_dim", "dtype", "param_dtype")
 FUSION_KINDS = ("allreduce", "allgather", "reducescatter")
 
 # Steps between validations when the data names a valid set and eval_every is not
@@ -280,6 +285,7 @@ class Lowering:
                 dims[key] = value
             else:
                 self.failed_dims.add(key)
+        self.lookalike_dims(assigns)
         for key in MODEL_REQUIRED:
             if key not in spans:
                 self.failed_dims.add(key)  # reported here, not again at each use
@@ -297,6 +303,23 @@ class Lowering:
             dtype=dtype,
             param_dtype=param_dtype,
         )
+
+    def lookalike_dims(self, assigns: list[ast.Assign]) -> None:
+        """MSL127: a free dim nothing uses whose name is close to a key msgen reads
+        (`kv_head = 8` meant as `kv_heads`) is most likely a typo."""
+        close = {}
+        for stmt in assigns:
+            key = stmt.target.name
+            if key not in MODEL_KEYS and (hint := did_you_mean(key, MODEL_KEYS)):
+                close[key] = (stmt, hint)
+        if not close:
+            return
+        mentions = Counter(names_in(self.module))
+        for key, (stmt, hint) in close.items():
+            if mentions[key] == 1:  # its own definition only
+                self.diags.append(
+                    warning("MSL127", f"the dim `{key}` is never used", stmt.target.span, hint)
+                )
 
     def lower_mesh(self, block: ast.Block) -> ir.Mesh:
         stmts = self.keyed(block, "mesh")
@@ -544,7 +567,16 @@ class Lowering:
         values = {}
         if "device_memory" in stmts:
             v = stmts["device_memory"].value
-            if not isinstance(v, ast.Size):
+            glued = isinstance(v, ast.Name) and re.fullmatch(r"([0-9]+)([A-Za-z]+)", v.name)
+            if glued and glued[2] in UNIT_BYTES:
+                # `64GB` lexes as one name (like `1f1b`): the unit is there, the space is not
+                self.err(
+                    "MSL108",
+                    f"`{v.name}` needs a space between the number and the unit",
+                    v.span,
+                    f"write `{glued[1]} {glued[2]}`",
+                )
+            elif not isinstance(v, ast.Size):
                 self.err("MSL108", "device_memory needs a unit, e.g. `58 GiB`", v.span)
             else:
                 size = ev.integer(v, "device_memory")
@@ -945,6 +977,18 @@ class Lowering:
             args={"layer": value.layer.name, "count": count},
             arg_spans={"layer": value.layer.span, "count": value.count.span},
         )  # fmt: skip
+
+
+def names_in(node) -> Iterator[str]:
+    """Every name a syntax subtree mentions, definitions included."""
+    if isinstance(node, ast.Name):
+        yield node.name
+    elif isinstance(node, (tuple, list)):
+        for item in node:
+            yield from names_in(item)
+    elif dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            yield from names_in(getattr(node, f.name))
 
 
 def lower(

@@ -1,0 +1,301 @@
+"""Rough edges a new user hits, each pinned by a test: what-ifs as the docs print
+them, `--set` typos, budgets the device cannot give, labels of specs with one base
+name, the summary `check` prints on a terminal, `explain --list`, `--help`, and
+`compile` refusing to overwrite what it should not."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from msgen.cli import EXIT_ERRORS, main
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT7B = str(ROOT / "specs" / "gpt7b.msl")
+
+
+def test_a_budget_beyond_the_device_fails_the_estimate_with_both_numbers(capsys):
+    # gpt7b's 58 GiB budget on a 32 GiB ascend910a (3 GiB runtime reserve)
+    code = main(["estimate", GPT7B, "--set", "cluster.device=ascend910a"])
+    err = capsys.readouterr().err
+    assert code == EXIT_ERRORS
+    assert re.search(
+        r"error\[MSL403\]: the budget of 58\.00 GiB .* ascend910a can give: 29\.00 GiB", err
+    )
+
+
+def run_on_a_terminal(args: list[str]) -> tuple[int, str]:
+    """`msgen ARGS` with its standard output on a pseudo-terminal, as at a shell."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "msgen.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal's other end is closed: everything is read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    return proc.returncode, out.decode().replace("\r\n", "\n")
+
+
+def test_check_sums_up_on_a_terminal_and_stays_silent_in_a_pipe(capsys):
+    specs = ["specs/gpt7b.msl", "specs/tiny.msl", "specs/llama13b.msl"]
+    code, out = run_on_a_terminal(["check", *specs])
+    assert (code, out) == (0, "3 specs, no errors\n")
+    code, out = run_on_a_terminal(["check", "tests/cases/msl402_little_headroom/spec.msl"])
+    assert (code, out) == (0, "1 spec, no errors, 2 warnings\n")
+    code, out = run_on_a_terminal(["check", "--error-format", "json", *specs])
+    assert (code, out) == (0, "")
+    # standard output not a terminal (captured): nothing
+    assert main(["check", *(str(ROOT / s) for s in specs)]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_explain_lists_every_code():
+    from msgen.codes import CODES
+
+    code, out = run_on_a_terminal(["explain", "--list"])
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == list(CODES)
+    assert "MSL403  budget beyond the device" in out.splitlines()
+
+
+def test_every_subcommand_describes_itself_in_its_help(capsys):
+    import argparse
+
+    import pytest
+
+    from msgen.cli import build_parser
+
+    (sub,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) >= {"check", "estimate", "plan", "compile", "fmt", "explain", "data"}
+    for name in sub.choices:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        out = capsys.readouterr().out
+        usage, description = out.split("\n\n")[:2]
+        assert usage.startswith(f"usage: msgen {name}")
+        assert description and not description.startswith(("positional", "options")), name
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_what_if_keeps_devices_and_global_batch_and_says_what_it_rederived():
+    code, out, err = run("estimate", GPT7B, "--set", "mesh.tp=4")
+    assert code == 0, err
+    assert (
+        "note: --set keeps the devices and the global batch: dp 4 → 2, micro_batches 64 → 128"
+        in err
+    )
+    assert "on 8 x ascend910b, dp 2 x tp 4 x pp 1" in out
+    assert "128 micro-batches per step" in out
+    # the same as giving every value
+    given = run("estimate", GPT7B, "--set", "mesh.dp=2", "--set", "mesh.tp=4",
+                "--set", "pipeline.micro_batches=128")  # fmt: skip
+    assert given[0] == 0 and given[2] == ""
+    assert (
+        given[1].replace(" --set mesh.dp=2", "").replace(" --set pipeline.micro_batches=128", "")
+        == out
+    )
+
+
+def test_a_list_of_sets_means_the_same_in_any_order():
+    from itertools import permutations
+
+    flags = ["mesh.pp=2", "mesh.tp=1", "train.micro_batch=2"]
+    seen = set()
+    for order in permutations(flags):
+        code, out, err = run("estimate", GPT7B, *(a for f in order for a in ("--set", f)))
+        assert code in (0, 1), err
+        what_if = next(line for line in out.splitlines() if "what-if" in line)
+        seen.add((code, out.replace(what_if, ""), err))
+    assert len(seen) == 1
+    ((code, out, err),) = seen
+    # dp = 8 / (1 * 2) stays 4; micro_batches = 256 / (2 * 4)
+    assert "dp 4 x tp 1 x pp 2" in out and "32 micro-batches per step" in out
+    assert err.endswith(
+        "note: --set keeps the devices and the global batch: micro_batches 64 → 32\n"
+    )
+
+
+def test_a_value_given_is_never_rederived():
+    # micro_batches given: kept, so global_batch no longer adds up
+    code, _, err = run(
+        "estimate", GPT7B, "--set", "mesh.tp=4", "--set", "pipeline.micro_batches=64"
+    )
+    assert code == EXIT_ERRORS
+    assert "note:" in err and "micro_batches 64" not in err.split("note:")[1]
+    assert (
+        "error[MSL501]: global_batch = 256, but micro_batch * dp * micro_batches = 1 * 2 * 64"
+        in err
+    )
+    # one key twice would make the order matter
+    code, _, err = run("estimate", GPT7B, "--set", "mesh.tp=4", "--set", "mesh.tp=2")
+    assert code == 2 or "error[MSL001]: --set mesh.tp is given twice" in err
+
+
+def test_a_typo_in_a_model_key_is_an_error_with_did_you_mean():
+    code, out, err = run("estimate", GPT7B, "--set", "model.hiden=4096")
+    assert code == EXIT_ERRORS and out == ""
+    assert "error[MSL104]: --set model.hiden: `model` has no `hiden`" in err
+    assert "did you mean `hidden`?" in err
+    # a key msgen reads, or a dim the spec defines, is fine
+    assert run("estimate", GPT7B, "--set", "model.head_dim=128")[0] == 0
+    assert run("estimate", GPT7B, "--set", "model.ffn=8192")[0] == 0
+
+
+# every command the README and docs show, run as printed ----------------------------
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+COMMAND = re.compile(r"^ {4,}(msgen .*?)(?:\s+# .*)?$", re.MULTILINE)
+PLACEHOLDERS = {"F": "estimate.svg", "K": "3"}
+# `msgen data` makes a dataset of at least one global batch (gpt7b: 256 windows of
+# 2,049 tokens) from a corpus, or with a tokenizer file, that a checkout does not
+# hold; tests/test_data.py runs it on a small spec and corpus.
+NOT_RUN = {
+    "msgen data specs/gpt7b.msl corpus/ --train-tokenizer",
+    "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/",
+    "msgen data specs/gpt7b.msl corpus.jsonl --train-tokenizer --valid 0.01",
+    "msgen data specs/gpt7b.msl shards/ --tokenizer gpt2/tokenizer.json --dedup -o data/gpt7b/",
+}
+# What the text next to a command says it prints (stdout + stderr), beyond exit 0.
+SAYS = {
+    "msgen estimate specs/gpt7b.msl --set mesh.tp=4": [
+        "dp 4 → 2, micro_batches 64 → 128",
+        "dp 2 x tp 4 x pp 1",
+    ],
+    "msgen explain MSL203": ["MSL203: "],
+    "msgen explain --list": ["MSL203  "],
+    "msgen check specs/*.msl": [],
+    "msgen compile specs/gpt7b.msl -o generated/": ["generated/gpt7b: "],
+}
+
+
+def documented_commands() -> list[str]:
+    found = []
+    for doc in DOCS:
+        found += [m[1].strip() for m in COMMAND.finditer(doc.read_text(encoding="utf-8"))]
+    return sorted(set(found))
+
+
+def variants(command: str) -> list[list[str]]:
+    """The command without its `[--optional]` parts and with all of them, as argv."""
+    import glob
+    import shlex
+
+    bare = re.sub(r"\s*\[--[^]]*\]", "", command)
+    full = re.sub(r"\[(--[^]]*)\]", r"\1", command)
+    out = []
+    for text in dict.fromkeys([bare, full]):
+        argv = []
+        for word in shlex.split(text)[1:]:
+            word = PLACEHOLDERS.get(word, word)
+            argv += sorted(glob.glob(word)) if "*" in word else [word]
+        out.append(argv)
+    return out
+
+
+def test_the_docs_show_commands_and_the_test_knows_what_it_leaves_out():
+    commands = documented_commands()
+    assert "msgen estimate specs/gpt7b.msl --set mesh.tp=4" in commands
+    assert NOT_RUN <= set(commands), NOT_RUN - set(commands)
+    assert set(SAYS) <= set(commands), set(SAYS) - set(commands)
+
+
+def test_every_documented_command_runs_as_printed(tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    shutil.copytree(ROOT / "generated", tmp_path / "generated")
+    monkeypatch.chdir(tmp_path)
+    for command in documented_commands():
+        if command in NOT_RUN:
+            continue
+        for argv in variants(command):
+            code, out, err = run(*argv)
+            assert code == 0, (command, argv, err[-2000:])
+            for text in SAYS.get(command, []):
+                assert text in out + err, (command, text, out[-500:], err[-500:])
+
+
+def test_the_readme_installs_msgen_alone_for_those_who_only_compile():
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme[readme.index("## Quick start") : readme.index("## Commands")]
+    assert "    pip install -e .\n" in quick
+    assert "    make demo " in quick and "    make test " in quick
+    # what `pip install -e .` brings: no MindSpore (check, estimate, compile never import it)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert not [d for d in project["dependencies"] if d.lower().startswith("mindspore")]
+
+
+def test_two_specs_with_one_base_name_are_labelled_by_the_path_given(tmp_path, monkeypatch):
+    base = (ROOT / "tests" / "cases" / "base.msl").read_text(encoding="utf-8")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.msl").write_text(base.replace("tp = 2\n", "tp = 3\n"))
+    monkeypatch.chdir(ROOT)  # both lie outside the current directory
+    given = [str(tmp_path / "a" / "x.msl"), str(tmp_path / "b" / "x.msl")]
+    code, _, err = run("check", *given)
+    assert code == EXIT_ERRORS
+    heads = [line for line in err.splitlines() if "error[MSL301]" in line]
+    assert [h.split(":")[0] for h in heads] == given
+
+
+def test_compile_refuses_to_overwrite_a_generated_file_edited_by_hand(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = str(tmp_path / "out")
+    assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
+    model = tmp_path / "out" / "tiny" / "model.py"
+    edited = model.read_text() + "# a local fix\n"
+    model.write_text(edited)
+    # a change of the spec would overwrite it: refused, naming the file, nothing written
+    code, _, err = run("compile", "specs/tiny.msl", "-o", out, "--set", "model.seq=64")
+    assert code == 2
+    assert "refusing to overwrite generated files edited by hand in " in err
+    assert err.splitlines()[0].endswith("out/tiny: model.py")
+    assert model.read_text() == edited
+    # an edit the new tree already holds loses nothing; --force overwrites
+    assert run("compile", "specs/tiny.msl", "-o", out, "--set", "model.seq=64", "--force")[0] == 0
+    assert "# a local fix" not in model.read_text()
+
+
+def test_compile_refuses_a_second_spec_with_the_same_model_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = str(tmp_path / "out")
+    assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
+    before = (tmp_path / "out" / "tiny" / "manifest.json").read_text()
+    other = tmp_path / "other.msl"
+    other.write_text((ROOT / "tests" / "cases" / "base.msl").read_text())  # also `model tiny`
+    code, _, err = run("compile", str(other), "-o", out)
+    assert code == 2
+    assert "it was compiled from specs/tiny.msl, not other.msl" in err
+    assert (tmp_path / "out" / "tiny" / "manifest.json").read_text() == before
+    # the same spec again is fine
+    assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
