@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
+from msgen.analysis.plan import Plan
 from msgen.ops.attention import head_dim, kv_heads
-from msgen.plan import Plan
 
 
 def layernorm(x, gamma, beta, eps):
@@ -139,7 +139,7 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
 
 def forward_loss(plan: Plan, params: dict, tokens, labels) -> float:
     """The network's loss on `tokens` [batch, seq] against `labels`, in float64."""
-    from msgen.checks.facts import context
+    from msgen.analysis.facts import context
 
     params = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
     return float(run_graph(plan, "network", tokens, params, "", labels, context(plan.spec)))

@@ -10,7 +10,7 @@ import pytest
 
 from msgen.cli import main
 from msgen.codes import CODES
-from msgen.ir.lower import BLOCK_KINDS, KEYS, MODEL_REQUIRED
+from msgen.lowering.lower import BLOCK_KINDS, KEYS, MODEL_REQUIRED
 from msgen.ops import CALLABLE
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from test_estimate import ROOT, SPECS, checked, estimate_of, spec_text
 
+from msgen.analysis.plan import Plan
 from msgen.cli import main
 from msgen.compiler import analyze, analyze_text
 from msgen.estimate.memory import GiB, estimate
 from msgen.estimate.report import estimate_json
 from msgen.estimate.whatif import candidates, estimate_variant, suggestions
-from msgen.plan import Plan
 
 
 def over_budget_gpt7b(folder: Path) -> Path:

@@ -21,7 +21,7 @@ import pytest
 
 from msgen.checks.reserved import camel, template_names
 from msgen.cli import main
-from msgen.emit import output
+from msgen.commands import tree as output
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "tests" / "cases" / "base.msl"
@@ -264,9 +264,9 @@ def test_damaged_manifest(tmp_path, capsys, doc):
 
 
 def emitted(path: Path) -> dict[str, str]:
+    from msgen.analysis.plan import build_plan
     from msgen.compiler import analyze
     from msgen.emit import emit
-    from msgen.plan import build_plan
 
     result = analyze(path)
     return emit(build_plan(result.spec, result.facts), result.file)

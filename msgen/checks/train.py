@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from msgen.checks.facts import Facts
+from msgen.analysis.facts import Facts
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
 from msgen.ir.models import Call, Spec
 

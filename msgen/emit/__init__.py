@@ -1,6 +1,6 @@
 """Code generation: `emit(plan, spec_path) -> {relative path: text}`, pure and in memory.
 
-Writing to disk, `--check` and the diff all consume that dict (msgen/emit/output.py).
+Writing to disk, `--check` and the diff all consume that dict (msgen/commands/tree.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import hashlib
 import json
 
 from msgen import __version__
-from msgen.plan import Plan
+from msgen.analysis.plan import Plan
 
 MANIFEST = "manifest.json"
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.checks.facts import OpFacts
+from msgen.analysis.facts import OpFacts
+from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.estimate.memory import budget_of
 from msgen.ops.attention import head_dim, kv_heads
 from msgen.ops.base import Context, split_factor
-from msgen.plan import DEFAULT_FUSION_ID, Plan
 
 INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
 DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
@@ -212,7 +212,7 @@ def gigabytes(n: int) -> str:
 
 
 def build_context(plan: Plan, spec_path: str) -> ModelContext:
-    from msgen.checks.facts import context
+    from msgen.analysis.facts import context
 
     spec = plan.spec
     tied = {

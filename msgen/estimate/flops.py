@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from msgen.checks.facts import GraphFacts, OpFacts, context
+from msgen.analysis.facts import GraphFacts, OpFacts, context
+from msgen.analysis.plan import Plan
 from msgen.ir.models import Recompute
 from msgen.ops import OPS
 from msgen.ops.base import Context, Layout, Work
-from msgen.plan import Plan
 
 NO_WORK = Work()
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, prod
 
-from msgen.checks.facts import DTYPE_BYTES, GraphFacts
-from msgen.estimate.devices import DEVICES, Device
+from msgen.analysis.facts import DTYPE_BYTES, GraphFacts
+from msgen.analysis.plan import Plan
+from msgen.ir.devices import DEVICES, Device
 from msgen.ir.models import Recompute, Spec, Split
 from msgen.ops import OPS
 from msgen.ops.base import Param, Saved
-from msgen.plan import Plan
 
 GiB = 2**30
 MiB = 2**20

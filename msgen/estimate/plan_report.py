@@ -10,10 +10,7 @@ nothing fits "smallest" (the lowest peak any layout reaches)}.
 
 from __future__ import annotations
 
-import json
-import sys
-
-from msgen.estimate.planner import Ranked, Search, search
+from msgen.estimate.planner import Ranked, Search
 from msgen.estimate.report import gib, stage_json
 from msgen.estimate.time_report import seconds, time_json
 from msgen.estimate.whatif import set_args
@@ -91,20 +88,3 @@ def render(found: Search, model: str, objective: str) -> str:
             "smaller micro_batch, or a shorter seq"
         )
     return "\n".join(lines) + "\n"
-
-
-def plan_command(result, args) -> int:
-    from msgen.cli import EXIT_ERRORS, EXIT_OK, UsageError
-
-    if result.spec is None or any(
-        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
-    ):
-        return EXIT_ERRORS
-    if args.top < 1:
-        raise UsageError("--top must be at least 1")
-    found = search(result.spec, result.facts, args.objective, args.top)
-    if args.json:
-        sys.stdout.write(json.dumps(search_json(found, args.objective), indent=2) + "\n")
-    else:
-        sys.stdout.write(render(found, result.spec.model.name, args.objective))
-    return EXIT_OK if found.plans else EXIT_ERRORS

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from msgen.analysis.plan import Plan
 from msgen.checks import INDEPENDENT_PASSES, run_checks
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate, recompute_label
@@ -29,7 +30,6 @@ from msgen.estimate.time import StepTime, step_time
 from msgen.estimate.whatif import apply
 from msgen.ir.models import Spec
 from msgen.ops import OPS
-from msgen.plan import Plan
 
 CHUNKS = (2, 4)
 MAX_MICRO_BATCH = 16
@@ -203,7 +203,7 @@ def search(spec: Spec, facts, objective: str = "time", top: int = 5) -> Search:
             continue
         group = (layout.dp, layout.tp, layout.pp, layout.micro_batch)
         if group not in graph_facts:
-            f, diags = run_checks(v, budget=False)
+            f, diags = run_checks(v)
             graph_facts[group] = None if has_errors(diags) else f
         f = graph_facts[group]
         if f is None:

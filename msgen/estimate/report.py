@@ -25,14 +25,10 @@ a whole number except under interleaving (p + (p - 1)/m on the first stage);
 
 from __future__ import annotations
 
-import json
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 from msgen.diagnostics import format_bytes
-from msgen.estimate.memory import Estimate, GiB, StageMemory, estimate
-from msgen.plan import Plan
+from msgen.estimate.memory import Estimate, GiB, StageMemory
 
 # The rows of a stage, as the table, the breakdown and the SVG name them.
 ROWS = (
@@ -268,52 +264,3 @@ def stage_json(s: StageMemory) -> dict:
         "headroom_bytes": s.headroom_bytes,
         "fits": s.fits,
     }
-
-
-# the command ------------------------------------------------------------------
-
-
-def write_svg(name: str, spec: Path, svg: str) -> None:
-    """`--svg FILE`: a regular file (created or replaced), never the spec itself; `-`
-    is stdout."""
-    from msgen.cli import UsageError
-    from msgen.files import write_file
-
-    if name == "-":
-        sys.stdout.write(svg)
-        return
-    path = Path(name)
-    if path.exists() and spec.exists() and path.samefile(spec):
-        raise UsageError(f"--svg {name} is the spec itself; name another file")
-    try:
-        write_file(path, svg)
-    except OSError as exc:
-        raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from exc
-
-
-def estimate_command(result, args) -> int:
-    """Print the whole estimate; 1 when a stage is over budget (or the spec has
-    other errors, already printed: then nothing is estimated)."""
-    from msgen.cli import EXIT_ERRORS, EXIT_OK
-
-    if result.spec is None or any(
-        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
-    ):
-        return EXIT_ERRORS
-    from msgen.estimate.time import step_time
-    from msgen.estimate.time_report import render_time, time_json
-
-    plan = Plan(result.spec, result.facts)
-    est = estimate(plan)
-    timing = step_time(plan, est)
-    if args.json:
-        report = estimate_json(est)
-        report["time"] = time_json(timing) if timing else None
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        sys.stdout.write(render_text(est, args.set, render_time(timing) if timing else ()))
-    if args.svg:
-        from msgen.estimate.svg import render_svg
-
-        write_svg(args.svg, Path(args.file), render_svg(est, timing))
-    return EXIT_OK if est.fits else EXIT_ERRORS

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from msgen.checks.facts import OpFacts, context
-from msgen.estimate.devices import Device, Link
+from msgen.analysis.facts import OpFacts, context
+from msgen.analysis.plan import Plan
 from msgen.estimate.flops import (
     StepFlops,
     graph_ops,
@@ -36,10 +36,10 @@ from msgen.estimate.flops import (
     tokens_per_step,
 )
 from msgen.estimate.memory import Estimate, precision, slice_shape
+from msgen.ir.devices import Device, Link
 from msgen.ir.models import Spec
 from msgen.ops import OPS
 from msgen.ops.base import Collective, Context, Layout, Work
-from msgen.plan import Plan
 
 RING_STEPS = {"AllReduce": 2, "AllGather": 1, "ReduceScatter": 1}
 

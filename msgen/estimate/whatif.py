@@ -14,13 +14,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from msgen.checks import names, run_checks, shapes
-from msgen.checks.facts import Facts
+from msgen.analysis import graph
+from msgen.analysis.facts import Facts
+from msgen.analysis.plan import Plan
+from msgen.checks import run_checks
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate
 from msgen.ir.models import Recompute, Spec, TensorRef
 from msgen.ops import OPS
-from msgen.plan import Plan
 
 MESH_FACTORS = (2, 4, 8)  # how far one suggestion moves devices between axes
 PAIR_POOL = 6  # single changes, best first, that are tried two at a time
@@ -114,8 +115,8 @@ def rebatched(spec: Spec, old_batch: int) -> Spec | None:
     # a layer's input shape depends on the layers before it: one pass per layer
     for _ in range(len(spec.layers) + 1):
         facts = Facts()
-        names.run(spec, facts)
-        shapes.run(spec, facts)
+        graph.order(spec, facts)
+        graph.infer_shapes(spec, facts)
         fed = facts.graphs["network"].shapes
         layers = dict(spec.layers)
         for layer, node in facts.repeats.items():
@@ -136,7 +137,7 @@ def estimate_variant(spec: Spec, settings: dict) -> Estimate | None:
     variant = apply(spec, settings)
     if variant is None:
         return None
-    facts, diags = run_checks(variant, budget=False)
+    facts, diags = run_checks(variant)
     if has_errors(diags):
         return None
     return estimate(Plan(variant, facts))

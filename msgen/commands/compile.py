@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.analysis.plan import build_plan
+from msgen.commands.status import EXIT_OK, EXIT_STALE, EXIT_USAGE
+from msgen.commands.tree import DamagedManifest, InTheWay, NotOurs, diff_tree, write_tree
 from msgen.emit import emit, notes
-from msgen.emit.output import DamagedManifest, InTheWay, NotOurs, diff_tree, write_tree
-from msgen.plan import build_plan
-
-EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
 
 
-def compile_command(result, args) -> int:
+@dataclass(frozen=True)
+class CompileOptions:
+    output: Path
+    check: bool = False
+    force: bool = False
+
+
+def compile_command(result, options: CompileOptions) -> int:
     plan = build_plan(result.spec, result.facts)
     files = emit(plan, result.file)
-    out = Path(args.output)
+    out = options.output
     folder = out / result.spec.model.name
     label = (out / result.spec.model.name).as_posix()
-    if args.check:
+    if options.check:
         diff = diff_tree(folder, files, label)
         if diff:
             sys.stdout.write(diff)
@@ -26,7 +33,7 @@ def compile_command(result, args) -> int:
             return EXIT_STALE
         return EXIT_OK
     try:
-        change = write_tree(folder, files, force=args.force)
+        change = write_tree(folder, files, force=options.force)
     except NotOurs as exc:
         sys.stderr.write(
             f"msgen: error: refusing to overwrite files msgen did not write in {label}: "

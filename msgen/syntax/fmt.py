@@ -53,14 +53,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import difflib
 import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from msgen.diagnostics import Span
-from msgen.syntax import ast, parse, read_source
+from msgen.syntax import ast, parse
 
 INDENT = 4
 # Operator precedence, loosest first; atoms bind tightest.
@@ -659,54 +656,3 @@ def _verify(before: ast.Module, text: str, file: str) -> None:
     new = [t for _, t in after.comments]
     if old != new:
         raise FormatError(f"the formatted {file} lost or reordered comments")
-
-
-# The command -----------------------------------------------------------------
-
-
-def fmt_command(args) -> int:
-    """`msgen fmt [--check] FILE...`: all or nothing, like compile: a syntax error in
-    any file, and no file is touched."""
-    from msgen.cli import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
-    from msgen.compiler import display_path
-    from msgen.files import write_file
-    from msgen.report import render, sort_key
-
-    paths = [Path(f) for f in args.files]
-    for path, name in zip(paths, args.files):
-        if not path.is_file():
-            raise UsageError(f"no such spec file: {name}")
-    results = []
-    failed = False
-    for path, name in zip(paths, args.files):
-        try:
-            # As compile reads it; a CRLF file must show up as changed.
-            text = read_source(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {name}: {exc}") from exc
-        out, diags = format_text(text, display_path(path))
-        if out is None:
-            sys.stderr.write(
-                render(sorted(diags, key=sort_key), "text", {display_path(path): text})
-            )
-            failed = True
-        results.append((path, name, text, out))
-    if failed:
-        return EXIT_ERRORS
-    changed = [(path, name, text, out) for path, name, text, out in results if out != text]
-    for path, name, text, out in changed:
-        if args.check:
-            sys.stderr.write(f"would reformat {name}\n")
-            diff = difflib.unified_diff(
-                text.splitlines(keepends=True),
-                out.splitlines(keepends=True),
-                fromfile=name,
-                tofile=f"{name} (formatted)",
-            )
-            sys.stdout.write("".join(d if d.endswith("\n") else d + "\n" for d in diff))
-        else:
-            write_file(path, out)
-            sys.stderr.write(f"reformatted {name}\n")
-    if args.check and changed:
-        return EXIT_STALE
-    return EXIT_OK

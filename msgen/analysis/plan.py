@@ -13,13 +13,18 @@ from functools import cached_property
 from itertools import accumulate
 from math import prod
 
-from msgen.checks.facts import Facts, GraphFacts
-from msgen.checks.pipeline import balanced_split
-from msgen.globs import glob_runs
+from msgen.analysis.facts import Facts, GraphFacts
+from msgen.analysis.globs import glob_runs
 from msgen.ir.models import FusionGroup, OpNode, Spec
 from msgen.ops.base import Param
 
 DEFAULT_FUSION_ID = 1  # MindSpore's default group keeps what no fusion group takes
+
+
+def balanced_split(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage, balanced: the first (layers mod stages) take one more."""
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if s < extra else 0) for s in range(stages))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes
 from msgen.ir import models as ir
-from msgen.ir.evaluate import Evaluator
+from msgen.lowering.evaluate import Evaluator
 from msgen.ops import OPERATORS, OPS
 from msgen.ops.base import REQUIRED
 from msgen.syntax import ast
