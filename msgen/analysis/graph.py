@@ -9,7 +9,6 @@ from __future__ import annotations
 from math import prod
 
 from msgen.analysis.facts import (
-    DTYPE_BYTES,
     TOKEN_BYTES,
     Facts,
     GraphFacts,
@@ -20,6 +19,7 @@ from msgen.analysis.facts import (
 )
 from msgen.diagnostics import Diagnostic, error
 from msgen.ir.models import Spec
+from msgen.ir.schema import DTYPE_BYTES
 from msgen.ops import OPS
 from msgen.ops.base import OpError, Param, Tensor, split_factor, whole
 

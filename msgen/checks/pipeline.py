@@ -11,6 +11,7 @@ from msgen.analysis.facts import Facts
 from msgen.analysis.plan import balanced_split
 from msgen.diagnostics import Diagnostic, error
 from msgen.ir.models import Spec
+from msgen.ir.schema import Schedule
 
 
 def total_layers(spec: Spec) -> int:
@@ -82,7 +83,7 @@ def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
 
 def check_schedule(spec: Spec, layers: int) -> list[Diagnostic]:
     pipe, pp = spec.pipeline, spec.mesh.pp
-    if pipe.schedule != "interleaved":
+    if pipe.schedule != Schedule.INTERLEAVED:
         return []
     chunks = pipe.chunks
     if pipe.split is not None:

@@ -9,13 +9,19 @@ from msgen.analysis.facts import OpFacts
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.estimate.memory import budget_of
+from msgen.ir.schema import (
+    OPTIMIZERS,
+    SCHEDULES,
+    LossScale,
+    RecomputeMode,
+    Schedule,
+    with_defaults,
+)
 from msgen.ops.attention import head_dim, kv_heads
 from msgen.ops.base import Context, split_factor
 
 INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
 DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
-
-ADAMW_DEFAULTS = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}
 
 
 def factors(split, ctx: Context) -> tuple[int, ...]:
@@ -145,16 +151,16 @@ def op_spec(
 
 def train_spec(plan: Plan) -> TrainSpec:
     t = plan.spec.train
-    opt = dict(ADAMW_DEFAULTS) | (t.optimizer.args if t.optimizer else {})
-    sched = t.schedule.args if t.schedule else {}
-    warmup = int(sched.get("warmup", 0))
-    if t.schedule is not None and t.schedule.name == "constant":
+    opt = with_defaults(OPTIMIZERS, t.optimizer.name, t.optimizer.args)
+    sched = with_defaults(SCHEDULES, t.schedule.name, t.schedule.args)
+    warmup = int(sched["warmup"])
+    if t.schedule.name == "constant":
         steps, min_lr = warmup + 1, opt["lr"]  # a cosine from lr to lr is flat
     else:
-        steps, min_lr = int(sched.get("steps", warmup + 1)), float(sched.get("min_lr", 0.0))
+        steps, min_lr = int(sched["steps"]), float(sched["min_lr"])
     loss_scale = plan.spec.loss_scale
     scale_value = 1.0
-    if loss_scale not in ("dynamic", "none"):  # a fixed number (MSL512: positive)
+    if loss_scale not in tuple(LossScale):  # a fixed number (MSL512: positive)
         loss_scale, scale_value = "static", float(loss_scale)
     return TrainSpec(
         micro_batch=t.micro_batch,
@@ -222,7 +228,9 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
     }
     ctx = context(spec, tied)
     selected = {
-        name: {r.name for r in rc.ops} for name, rc in spec.recompute.items() if rc.mode == "select"
+        name: {r.name for r in rc.ops}
+        for name, rc in spec.recompute.items()
+        if rc.mode == RecomputeMode.SELECT
     }
     copies = sum(rep.count for rep in plan.repeats)
     scaled = INIT_STD / (2 * copies) ** 0.5
@@ -247,7 +255,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
                 input=graph.graph.input.name,
                 output=graph.graph.output,
                 ops=ops,
-                recompute=rc is not None and rc.mode == "full",
+                recompute=rc is not None and rc.mode == RecomputeMode.FULL,
             )
         )
     net_ops = []
@@ -286,9 +294,11 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         micro_batches=spec.micro_batches,
         # interleaved(chunks = 1) is plain 1F1B; so is any schedule when pp = 1
         schedule=(
-            "interleaved"
+            Schedule.INTERLEAVED
             if plan.interleaved
-            else "gpipe" if spec.pipeline.schedule == "gpipe" else "1f1b"
+            else (
+                Schedule.GPIPE if spec.pipeline.schedule == Schedule.GPIPE else Schedule.ONE_F_ONE_B
+            )
         ),
         layers=tuple(layers),
         network=network,

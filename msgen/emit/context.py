@@ -57,8 +57,6 @@ ROLES: dict[str, tuple[str, ...]] = {
     "repeat": (),
 }
 
-DTYPES = ("fp32", "fp16", "bf16")
-
 
 @dataclass(frozen=True)
 class ParamSpec:

@@ -29,6 +29,7 @@ from msgen.estimate.memory import Estimate, estimate, recompute_label
 from msgen.estimate.time import StepTime, step_time
 from msgen.estimate.whatif import apply
 from msgen.ir.models import Spec
+from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
 
 CHUNKS = (2, 4)
@@ -87,7 +88,9 @@ class Search:
 def written(spec: Spec, layers: list[str]) -> Layout:
     pipe = spec.pipeline
     schedule = (
-        f"interleaved(chunks = {pipe.chunks})" if pipe.schedule == "interleaved" else pipe.schedule
+        f"interleaved(chunks = {pipe.chunks})"
+        if pipe.schedule == Schedule.INTERLEAVED
+        else pipe.schedule
     )
     return Layout(
         spec.mesh.dp,
@@ -154,11 +157,11 @@ def settings_of(layout: Layout) -> dict:
     }
     for layer, mode in layout.recompute:
         if mode.startswith("select("):
-            settings[f"recompute.{layer}"] = ("select", tuple(mode[7:-1].split(", ")))
+            settings[f"recompute.{layer}"] = (RecomputeMode.SELECT, tuple(mode[7:-1].split(", ")))
         else:
             settings[f"recompute.{layer}"] = (mode, ())
     if layout.schedule.startswith("interleaved"):
-        settings["schedule"] = "interleaved"
+        settings["schedule"] = Schedule.INTERLEAVED
         settings["chunks"] = int(layout.schedule.split("=")[1].strip(" )"))
     else:
         settings["schedule"] = layout.schedule

@@ -29,6 +29,7 @@ from fractions import Fraction
 
 from msgen.diagnostics import format_bytes
 from msgen.estimate.memory import Estimate, GiB, StageMemory
+from msgen.ir.schema import Schedule
 
 # The rows of a stage, as the table, the breakdown and the SVG name them.
 ROWS = (
@@ -146,7 +147,9 @@ def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()
         f"  bytes per parameter: weights {prec.weight} + grads {prec.grad}{master} + "
         f"Adam {prec.optimizer} = {prec.per_param}; zero {est.zero}"
     )
-    schedule = est.schedule + (f"(chunks = {est.chunks})" if est.schedule == "interleaved" else "")
+    schedule = est.schedule + (
+        f"(chunks = {est.chunks})" if est.schedule == Schedule.INTERLEAVED else ""
+    )
     per_step = f"{est.micro_batches} micro-batch{'es' if est.micro_batches > 1 else ''} per step"
     lines.append(f"  pipeline: {schedule}, {per_step}")
     if est.budget_bytes is not None:

@@ -38,6 +38,7 @@ from msgen.estimate.flops import (
 from msgen.estimate.memory import Estimate, precision, slice_shape
 from msgen.ir.devices import Device, Link
 from msgen.ir.models import Spec
+from msgen.ir.schema import LossScale
 from msgen.ops import OPS
 from msgen.ops.base import Collective, Context, Layout, Work
 
@@ -394,7 +395,7 @@ def optimizer_time(params: int, spec: Spec, machine: Machine) -> float:
     share = params / dp if spec.train.zero >= 1 else params
     master = prec.master or prec.weight
     per_param = prec.grad + 2 * (master + prec.optimizer) + prec.grad  # Adam, then zeroing
-    if spec.loss_scale != "none":
+    if spec.loss_scale != LossScale.NONE:
         per_param += 2 * prec.grad
     if spec.train.grad_clip is not None:
         per_param += prec.grad

@@ -21,6 +21,7 @@ from msgen.checks import run_checks
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate
 from msgen.ir.models import Recompute, Spec, TensorRef
+from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
 
 MESH_FACTORS = (2, 4, 8)  # how far one suggestion moves devices between axes
@@ -153,7 +154,7 @@ def describe(spec: Spec, settings: dict) -> tuple[str, tuple[str, ...]]:
         if key.startswith("recompute."):
             layer = key.partition(".")[2]
             mode, ops = value
-            text = f"select({', '.join(ops)})" if mode == "select" else mode
+            text = f"select({', '.join(ops)})" if mode == RecomputeMode.SELECT else mode
             words.append(f"recompute {layer} = {text}")
             sets.append(f"recompute.{layer}={text}")
         elif key == "mesh":
@@ -186,20 +187,22 @@ def candidates(spec: Spec, facts: Facts) -> list[Change]:
     out: list[Change] = []
     for layer in facts.order[:-1]:
         rc = spec.recompute.get(layer)
-        mode = rc.mode if rc else "none"
-        if mode == "full":
+        mode = rc.mode if rc else RecomputeMode.NONE
+        if mode == RecomputeMode.FULL:
             continue
         family = f"recompute {layer}"
-        chosen = [r.name for r in rc.ops] if mode == "select" else []
+        chosen = [r.name for r in rc.ops] if mode == RecomputeMode.SELECT else []
         composites = [
             name
             for name, of in facts.graphs[layer].ops.items()
             if OPS[of.node.kind].composite and name not in chosen
         ]
         if composites:
-            value = ("select", tuple(chosen + composites))
+            value = (RecomputeMode.SELECT, tuple(chosen + composites))
             out.append(Change(family, COST["select"], ((f"recompute.{layer}", value),)))
-        out.append(Change(family, COST["full"], ((f"recompute.{layer}", ("full", ())),)))
+        out.append(
+            Change(family, COST["full"], ((f"recompute.{layer}", (RecomputeMode.FULL, ())),))
+        )
     mesh = spec.mesh
     if mesh.dp > 1:
         for level in range(spec.train.zero + 1, 4):
@@ -209,8 +212,8 @@ def candidates(spec: Spec, facts: Facts) -> list[Change]:
     mb = spec.train.micro_batch
     for smaller in sorted((d for d in range(1, mb) if mb % d == 0), reverse=True):
         out.append(Change("micro_batch", COST["micro_batch"], (("micro_batch", smaller),)))
-    if mesh.pp > 1 and spec.pipeline.schedule != "1f1b":
-        out.append(Change("schedule", COST["schedule"], (("schedule", "1f1b"),)))
+    if mesh.pp > 1 and spec.pipeline.schedule != Schedule.ONE_F_ONE_B:
+        out.append(Change("schedule", COST["schedule"], (("schedule", Schedule.ONE_F_ONE_B),)))
     dp, tp, pp = mesh.dp, mesh.tp, mesh.pp
     reshapes = []
     for k in MESH_FACTORS:

@@ -12,8 +12,7 @@ from math import prod
 from typing import ClassVar
 
 from msgen.ir.models import OpNode, Split
-
-REQUIRED = object()
+from msgen.ir.schema import REQUIRED
 
 
 @dataclass(frozen=True)
