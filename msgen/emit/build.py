@@ -3,8 +3,6 @@ int tuples, parameters with their init and decay, stages, fusion ids."""
 
 from __future__ import annotations
 
-from math import prod
-
 from msgen.analysis.facts import OpFacts
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
@@ -17,62 +15,11 @@ from msgen.ir.schema import (
     Schedule,
     with_defaults,
 )
-from msgen.ops.attention import head_dim, kv_heads
-from msgen.ops.base import Context, split_factor
+from msgen.ops import OPS
+from msgen.ops.base import Context
 
 INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
 DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
-
-
-def factors(split, ctx: Context) -> tuple[int, ...]:
-    return tuple(split_factor(axes, ctx) for axes in split)
-
-
-def _lead(split, ctx) -> int:
-    """Leading dims folded into one, as a [batch*seq, features] matmul sees them."""
-    return prod(factors(split[:-1], ctx))
-
-
-def strategies(of: OpFacts, ctx: Context) -> tuple[tuple[str, tuple], ...]:
-    """The `OpSpec.strategies` roles of one op, from the layout the checks chose."""
-    node, layout = of.node, of.layout
-    kind = node.kind
-    if layout is None:
-        return ()
-    ins = layout.inputs
-    if kind == "linear":
-        x = ins[0]
-        lead, w_in = _lead(x, ctx), factors(x, ctx)[-1]
-        out = factors(layout.output, ctx)
-        if node.args.get("tie"):
-            tv, th = factors(ctx.tied[node.args["tie"]].split, ctx)
-            return (("matmul", ((lead, th), (tv, th))),)
-        w = dict((p.name, factors(p.split, ctx)) for p in layout.params)
-        roles = [("matmul", ((lead, w_in), w["weight"]))]
-        if "bias" in w:
-            roles.append(("bias", ((prod(out[:-1]), out[-1]), w["bias"])))
-        return tuple(roles)
-    if kind == "embedding":
-        table = factors(layout.params[0].split, ctx)
-        return (("gather", (table, factors(ins[0], ctx))),)
-    if kind == "attention":
-        sb, _, sh = factors(ins[0], ctx)
-        q = (sb, sh, 1, 1)
-        return (("scores", (q, q)),)
-    if kind == "layernorm":
-        return (("norm", (factors(ins[0], ctx), (1,), (1,))),)
-    if kind == "rmsnorm":
-        return (("norm", (factors(ins[0], ctx),)),)
-    if kind in ("gelu", "silu", "swiglu", "dropout"):
-        return (("x", (factors(ins[0], ctx),)),)
-    if kind in ("add", "mul"):
-        # A constant operand (always the last input) is a scalar tensor: `()`.
-        const = ((),) if "const" in node.args else ()
-        return (("x", tuple(factors(s, ctx) for s in ins) + const),)
-    if kind == "cross_entropy":
-        sb, ss, sv = factors(ins[0], ctx)
-        return (("logits", ((sb * ss, sv),)),)
-    return ()
 
 
 INIT_STD = 0.02  # GPT-2 and Megatron-LM; model.py.j2's weight() default
@@ -112,40 +59,18 @@ def op_spec(
     if "const" in args:
         inputs += (float(args["const"]),)
     params = tuple(ParamSpec(p.name, p.shape, INIT[p.name], p.name in DECAY) for p in of.params)
-    extra: dict = {}
-    if node.kind == "linear":
-        extra = {
-            "n_out": args["n"],
-            "bias": args.get("bias", True),
-            "tie": args.get("tie"),
-            "std": std,
-        }
-    elif node.kind == "attention":
-        extra = {
-            "heads": args["heads"],
-            "kv_heads": kv_heads(node),
-            "head_dim": head_dim(node, ctx),
-            "causal": args.get("causal", False),
-            "rope": args.get("rope", False),
-            "flash": args.get("flash", False),
-            "p": float(args.get("dropout", 0.0)),
-        }
-    elif node.kind == "dropout":
-        extra = {"p": float(args.get("p", 0.1))}
-    elif node.kind in ("layernorm", "rmsnorm"):
-        extra = {"eps": float(args.get("eps", 1e-5 if node.kind == "layernorm" else 1e-6))}
-    elif node.kind == "gelu":
-        extra = {"approximate": args.get("approximate", False)}
+    opdef = OPS[node.kind]
+    settings = opdef.settings(node, ctx) | ({"std": std} if std is not None else {})
     return OpSpec(
         name=node.name,
         kind=node.kind,
         inputs=inputs,
         params=params,
-        strategies=strategies(of, ctx),
+        strategies=opdef.strategies(node, of.layout, ctx) if of.layout else (),
         recompute=recompute,
         stage=stage,
         segment=segment,
-        **extra,
+        settings=tuple(settings.items()),
     )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgen.emit import opcode
 from msgen.emit.context import ModelContext
+from msgen.ops import OPS
 from msgen.resources import resource_dir
 
 if TYPE_CHECKING:
@@ -49,8 +50,8 @@ def render_model(ctx: ModelContext) -> str:
     }
     code[None] = opcode.network_code(ctx)
     helpers = frozenset().union(*(c.helpers for c in code.values()))
-    flash = any(op.flash for layer in ctx.layers for op in layer.ops) or any(
-        op.flash for op in ctx.network.ops
+    flash = any(op.setting("flash") for layer in ctx.layers for op in layer.ops) or any(
+        op.setting("flash") for op in ctx.network.ops
     )
     return _render(
         "model.py.j2",
@@ -60,6 +61,7 @@ def render_model(ctx: ModelContext) -> str:
         kinds=ctx.kinds(),
         flash=flash,
         dtypes=DTYPES,
+        op_helpers=tuple(h for op in OPS.values() for h in op.helpers),
     )
 
 
