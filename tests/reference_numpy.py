@@ -109,6 +109,9 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
         elif kind == "swiglu":
             gate, up = np.split(ins[0], 2, axis=-1)
             out = silu(gate) * up
+        elif kind == "geglu":
+            gate, up = np.split(ins[0], 2, axis=-1)
+            out = gelu(gate, approximate=False) * up
         elif kind == "dropout":
             out = ins[0]
         elif kind in ("add", "mul"):
