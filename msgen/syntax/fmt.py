@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import re
 from dataclasses import dataclass, field
 
 from msgen.diagnostics import Span
@@ -64,12 +63,6 @@ INDENT = 4
 PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}
 NEG_PREC = 3
 ATOM_PREC = 4
-
-
-# The source's tokens, as far as fmt needs them: a string, or any other character
-# that is not blank, a comment or a backslash continuation (comments are cut off
-# before the line is scanned).
-TOKEN = re.compile(r'"[^"]*"|[^\s"\\]')
 
 
 class FormatError(Exception):
@@ -366,15 +359,12 @@ class _Formatter:
     # the brackets the tree does not record
 
     def scan(self) -> None:
-        """Tokenize the source (`self.tokens`, with their `self.starts`), match its
+        """Take the lexer's tokens (`self.tokens`, with their `self.starts`), match their
         brackets (`self.match`, both ways) and find the `(` of every call and repeat
         (`self.calls`): every other `(` is a parenthesis the parser dropped."""
-        for number, src in enumerate(self.lines, 1):
-            comment = self.comments.get(number)
-            code = src if comment is None else src[: comment.col]
-            for m in TOKEN.finditer(code):
-                self.tokens.append((number, m.group()))
-                self.starts.append((number, m.start() + 1))
+        for line, col, text in self.module.tokens:
+            self.tokens.append((line, text))
+            self.starts.append((line, col))
         stack: list[int] = []
         for i, (_, tok) in enumerate(self.tokens):
             if tok in ("(", "[", "{"):
@@ -639,7 +629,7 @@ def _strip(obj):
         return (type(obj).__name__,) + tuple(
             _strip(getattr(obj, f.name))
             for f in dataclasses.fields(obj)
-            if f.name not in ("span", "comments")
+            if f.name not in ("span", "comments", "tokens")
         )
     if isinstance(obj, tuple | list):
         return tuple(_strip(x) for x in obj)
