@@ -11,9 +11,10 @@ from msgen.analysis.plan import Plan
 from msgen.commands.files import write_file
 from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError, estimable
 from msgen.estimate.memory import estimate
-from msgen.estimate.report import estimate_json, render_text
+from msgen.estimate.output import estimate_report
+from msgen.estimate.report import render_text
 from msgen.estimate.time import step_time
-from msgen.estimate.time_report import render_time, time_json
+from msgen.estimate.time_report import render_time
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,7 @@ def estimate_command(result, options: EstimateOptions) -> int:
     est = estimate(plan)
     timing = step_time(plan, est)
     if options.json:
-        report = estimate_json(est)
-        report["time"] = time_json(timing) if timing else None
+        report = estimate_report(est, timing).model_dump(mode="json")
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         sys.stdout.write(

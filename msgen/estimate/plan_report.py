@@ -10,9 +10,10 @@ nothing fits "smallest" (the lowest peak any layout reaches)}.
 
 from __future__ import annotations
 
+from msgen.estimate.output import stage_report, time_report
 from msgen.estimate.planner import Ranked, Search
-from msgen.estimate.report import gib, stage_json
-from msgen.estimate.time_report import seconds, time_json
+from msgen.estimate.report import gib
+from msgen.estimate.time_report import seconds
 from msgen.estimate.whatif import set_args
 
 
@@ -29,8 +30,8 @@ def ranked_json(r: Ranked) -> dict:
         "mfu": t.mfu,
         "hfu": t.hfu,
         "tokens_per_s_per_device": t.tokens_per_s_per_device,
-        "memory": stage_json(peak),
-        "time": time_json(t),
+        "memory": stage_report(peak).model_dump(mode="json"),
+        "time": time_report(t).model_dump(mode="json"),
     }
 
 

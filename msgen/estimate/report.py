@@ -1,27 +1,5 @@
-"""`msgen estimate`: the estimate as an aligned text table per stage, as JSON,
-and as a stacked-bar SVG.
-
-JSON schema (bytes are per device, GiB = 2^30; `--json` prints it):
-
-    model, device, devices, mesh {dp, tp, pp}, schedule, chunks, micro_batches,
-    zero, dtypes and bytes_per_param {weights, master, grads, optimizer (, total)},
-    params_total (logical, each parameter once), budget_bytes,
-    budget_source ("budget.device_memory" | "device"), hbm_bytes and
-    runtime_reserve_bytes (of the device), fits, stages: [
-      {stage, layers, layer_kinds: [{layer, copies, recompute,
-       activation_bytes_per_layer}], params (per device: the model-parallel
-       slices, before ZeRO), weights_bytes, grads_bytes, accumulation_bytes,
-       optimizer_bytes, activation_bytes_per_layer, in_flight_micro_batches,
-       activations_bytes, other_activations_bytes, logits_bytes, hccl_bytes,
-       total_bytes, headroom_bytes, fits}],
-    time (the step-time model; msgen.estimate.time_report has its schema)
-
-`activation_bytes_per_layer` is the stage's per-micro-batch layer activations
-over its layers: exact with one layer kind on the stage (`layer_kinds` has each
-kind's exact figure), rounded up when kinds differ. `in_flight_micro_batches` is
-a whole number except under interleaving (p + (p - 1)/m on the first stage);
-`activations_bytes` = per layer x layers x in flight, rounded up to a byte.
-"""
+"""`msgen estimate`'s text: an aligned table per stage, and the one-line breakdown
+the budget check's messages use. The JSON is msgen.estimate.output's models."""
 
 from __future__ import annotations
 
@@ -50,10 +28,6 @@ def gib(n: int) -> str:
 
 def signed_gib(n: int) -> str:
     return f"{'+' if n >= 0 else '-'}{gib(abs(n))}"
-
-
-def number(x: Fraction) -> int | float:
-    return int(x) if x.denominator == 1 else float(x)
 
 
 def flight(x: Fraction) -> str:
@@ -199,71 +173,3 @@ def stage_table(est: Estimate, stage: StageMemory) -> list[str]:
     out.append(row("headroom", values["headroom"], "10% for fragmentation, not added"))
     out.append(f"  {'verdict':<{width}}  {verdict(stage)}")
     return out
-
-
-# JSON -------------------------------------------------------------------------
-
-
-def estimate_json(est: Estimate) -> dict:
-    prec = est.precision
-    device = est.device
-    return {
-        "model": est.model,
-        "device": device.name if device else None,
-        "devices": est.devices,
-        "mesh": dict(est.mesh),
-        "schedule": est.schedule,
-        "chunks": est.chunks,
-        "micro_batches": est.micro_batches,
-        "zero": est.zero,
-        "dtypes": {
-            "weights": prec.weight_dtype,
-            "master": prec.master_dtype,
-            "grads": prec.grad_dtype,
-            "optimizer": "fp32",
-        },
-        "bytes_per_param": {
-            "weights": prec.weight,
-            "master": prec.master,
-            "grads": prec.grad,
-            "optimizer": prec.optimizer,
-            "total": prec.per_param,
-        },
-        "params_total": est.params_total,
-        "budget_bytes": est.budget_bytes,
-        "budget_source": est.budget_source,
-        "hbm_bytes": device.hbm_bytes if device else None,
-        "runtime_reserve_bytes": device.reserve_bytes if device else None,
-        "fits": est.fits,
-        "stages": [stage_json(s) for s in est.stages],
-    }
-
-
-def stage_json(s: StageMemory) -> dict:
-    return {
-        "stage": s.stage,
-        "layers": s.layers,
-        "layer_kinds": [
-            {
-                "layer": k.layer,
-                "copies": k.copies,
-                "recompute": k.recompute,
-                "activation_bytes_per_layer": k.activation_bytes_per_layer,
-            }
-            for k in s.layer_kinds
-        ],
-        "params": s.params,
-        "weights_bytes": s.weights_bytes,
-        "grads_bytes": s.grads_bytes,
-        "accumulation_bytes": s.accumulation_bytes,
-        "optimizer_bytes": s.optimizer_bytes,
-        "activation_bytes_per_layer": s.activation_bytes_per_layer,
-        "in_flight_micro_batches": number(s.in_flight_micro_batches),
-        "activations_bytes": s.activations_bytes,
-        "other_activations_bytes": s.other_activations_bytes,
-        "logits_bytes": s.logits_bytes,
-        "hccl_bytes": s.hccl_bytes,
-        "total_bytes": s.total_bytes,
-        "headroom_bytes": s.headroom_bytes,
-        "fits": s.fits,
-    }
