@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from msgen.estimate.memory import Estimate, StageMemory
 
 if TYPE_CHECKING:  # compile writes the memory estimate only: it never loads the time model
-    from msgen.estimate.time import StageTime, StepTime
+    from msgen.estimate.time import StepTime
 
 
 class _Data(BaseModel):
@@ -146,39 +146,20 @@ def number(x: Fraction) -> int | float:
     return int(x) if x.denominator == 1 else float(x)
 
 
+def fields_of(model: type[BaseModel], source: object, **given) -> dict:
+    """The model's fields read from `source`'s attributes of the same names, but for
+    those `given`."""
+    return {k: getattr(source, k) for k in model.model_fields if k not in given} | given
+
+
 def stage_report(s: StageMemory) -> StageReport:
     return StageReport(
-        stage=s.stage,
-        layers=s.layers,
-        layer_kinds=[
-            LayerKind(
-                layer=k.layer,
-                copies=k.copies,
-                recompute=k.recompute,
-                activation_bytes_per_layer=k.activation_bytes_per_layer,
-            )
-            for k in s.layer_kinds
-        ],
-        params=s.params,
-        weights_bytes=s.weights_bytes,
-        grads_bytes=s.grads_bytes,
-        accumulation_bytes=s.accumulation_bytes,
-        optimizer_bytes=s.optimizer_bytes,
-        activation_bytes_per_layer=s.activation_bytes_per_layer,
-        in_flight_micro_batches=number(s.in_flight_micro_batches),
-        activations_bytes=s.activations_bytes,
-        other_activations_bytes=s.other_activations_bytes,
-        logits_bytes=s.logits_bytes,
-        hccl_bytes=s.hccl_bytes,
-        total_bytes=s.total_bytes,
-        headroom_bytes=s.headroom_bytes,
-        fits=s.fits,
-    )
-
-
-def stage_time_report(s: StageTime) -> StageTimeReport:
-    return StageTimeReport(
-        **{key: getattr(s, key) for key in StageTimeReport.model_fields},
+        **fields_of(
+            StageReport,
+            s,
+            layer_kinds=[LayerKind(**fields_of(LayerKind, k)) for k in s.layer_kinds],
+            in_flight_micro_batches=number(s.in_flight_micro_batches),
+        )
     )
 
 
@@ -192,11 +173,8 @@ def time_report(t: StepTime) -> TimeReport:
         model_flops_per_step=t.flops.model,
         hardware_flops_per_step=t.flops.hardware,
         bubble_fraction=t.bubble_fraction,
-        layers=[
-            LayerTimeReport(layer=k.layer, forward_s=k.forward_s, backward_s=k.backward_s)
-            for k in t.layers
-        ],
-        stages=[stage_time_report(s) for s in t.stages],
+        layers=[LayerTimeReport(**fields_of(LayerTimeReport, k)) for k in t.layers],
+        stages=[StageTimeReport(**fields_of(StageTimeReport, s)) for s in t.stages],
     )
 
 
