@@ -18,10 +18,6 @@ from msgen.ir.schema import (
 from msgen.ops import OPS
 from msgen.ops.base import Context
 
-INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
-DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
-
-
 INIT_STD = 0.02  # GPT-2 and Megatron-LM; model.py.j2's weight() default
 
 
@@ -58,8 +54,10 @@ def op_spec(
     inputs: tuple[str | float, ...] = tuple(r.name for r in node.inputs)
     if "const" in args:
         inputs += (float(args["const"]),)
-    params = tuple(ParamSpec(p.name, p.shape, INIT[p.name], p.name in DECAY) for p in of.params)
     opdef = OPS[node.kind]
+    params = tuple(
+        ParamSpec(p.name, p.shape, opdef.inits[p.name], p.name in opdef.decays) for p in of.params
+    )
     settings = opdef.settings(node, ctx) | ({"std": std} if std is not None else {})
     return OpSpec(
         name=node.name,

@@ -189,6 +189,10 @@ class OpDef:
     params: ClassVar[tuple[str, ...]] = ()  # names `param @ [...]` may shard
     # Helper cells its code may instantiate: templates/ops/<helper>.py.j2 each.
     helpers: ClassVar[tuple[str, ...]] = ()
+    # Each parameter's initialiser (normal: std 0.02, zeros, ones), and those AdamW
+    # decays (matrices; norms and biases are left alone).
+    inits: ClassVar[dict[str, str]] = {}
+    decays: ClassVar[frozenset[str]] = frozenset()
     # A composite op is a Cell of several primitives in MindSpore; a primitive op is one
     # primitive, or a helper cell standing for one.
     composite: ClassVar[bool] = False

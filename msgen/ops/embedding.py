@@ -27,6 +27,8 @@ class Embedding(OpDef):
     args = (Arg("tokens", "tensor"), Arg("vocab", "int"), Arg("hidden", "int"))
     params = ("table",)
     helpers = ("embedding",)
+    inits = {"table": "normal"}
+    decays = frozenset({"table"})
 
     def strategies(self, node, layout, ctx):
         table = factors(layout.params[0].split, ctx)
@@ -72,6 +74,8 @@ class Positions(OpDef):
     args = (Arg("seq", "int"), Arg("hidden", "int"))
     params = ("table",)
     helpers = ("positions",)
+    inits = {"table": "normal"}
+    decays = frozenset({"table"})
 
     def strategies(self, node, layout, ctx):
         return ()

@@ -35,6 +35,8 @@ class Linear(OpDef):
     args = (Arg("x", "tensor"), Arg("n", "int"), Arg("bias", "bool", True), Arg("tie", "op", None))
     params = ("weight", "bias")
     helpers = ("linear", "tied_linear")
+    inits = {"weight": "normal", "bias": "zeros"}
+    decays = frozenset({"weight"})
 
     def strategies(self, node, layout, ctx):
         x = layout.inputs[0]

@@ -66,6 +66,7 @@ class LayerNorm(_Norm):
     args = (Arg("x", "tensor"), Arg("eps", "float", 1e-5, within="(0, inf)"))
     params = ("gamma", "beta")
     weights = ("gamma", "beta")
+    inits = {"gamma": "ones", "beta": "zeros"}
     helpers = ("layernorm",)
     cell = "LayerNorm"
 
@@ -78,6 +79,7 @@ class RmsNorm(_Norm):
     args = (Arg("x", "tensor"), Arg("eps", "float", 1e-6, within="(0, inf)"))
     params = ("gamma",)
     weights = ("gamma",)
+    inits = {"gamma": "ones"}
     helpers = ("rmsnorm",)
     cell = "RMSNorm"
 
