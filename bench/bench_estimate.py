@@ -68,9 +68,9 @@ def in_process_times(spec: str, runs: int) -> list[float]:
 
 
 def model_times(spec: str, runs: int) -> list[float]:
+    from msgen.analysis.plan import Plan
     from msgen.compiler import analyze
     from msgen.estimate.memory import estimate
-    from msgen.plan import Plan
 
     result = analyze(REPO / spec)
     times = []

@@ -10,7 +10,7 @@ efficiency, on Korthikanti et al.'s per-layer times (Table 4) only, so that the
 end-to-end times (Table 5) stay a check; ascend910b: matmul efficiency and
 tp_overlap on MindSpeed-LLM's two LLaMA2 runs. The fit minimises the mean squared
 relative error by coordinate search on a 0.005 grid; copy what it prints into
-msgen/estimate/devices.py.
+msgen/ir/devices.py.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from msgen.analysis.plan import Plan  # noqa: E402
 from msgen.compiler import analyze  # noqa: E402
-from msgen.estimate.devices import DEVICES, Device  # noqa: E402
 from msgen.estimate.memory import estimate  # noqa: E402
 from msgen.estimate.time import step_time  # noqa: E402
-from msgen.plan import Plan  # noqa: E402
+from msgen.ir.devices import DEVICES, Device  # noqa: E402
 
 VALIDATION = REPO / "specs" / "validation"
 

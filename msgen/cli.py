@@ -1,7 +1,7 @@
 """The `msgen` command: parse arguments, call the library, render diagnostics.
 
-Exit codes: 0 fine (warnings allowed), 1 the spec has errors, 2 usage error,
-3 stale (`--check`), 70 internal error.
+Exit codes (msgen.commands.status): 0 fine (warnings allowed), 1 the spec has
+errors, 2 usage error, 3 stale (`--check`), 70 internal error.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ import os
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_ERRORS, EXIT_USAGE, EXIT_STALE, EXIT_INTERNAL = 0, 1, 2, 3, 70
-# As a shell reports a process ended by SIGINT or SIGPIPE.
-EXIT_INTERRUPTED, EXIT_PIPE = 130, 141
-
-
-class UsageError(Exception):
-    pass
+from msgen.commands.status import (
+    EXIT_ERRORS,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PIPE,
+    EXIT_USAGE,
+    UsageError,
+)
 
 
 def _read_spec(path: str):
@@ -30,7 +32,7 @@ def _read_spec(path: str):
 
 
 def _report(result, fmt: str) -> None:
-    from msgen.report import render, sort_key
+    from msgen.commands.report import render, sort_key
 
     diags = sorted(result.diagnostics, key=sort_key)
     if diags:
@@ -79,32 +81,38 @@ def check_summary(specs: int, errors: int, warnings: int) -> str:
 
 
 def cmd_estimate(args) -> int:
-    from msgen.estimate.report import estimate_command
+    from msgen.commands.estimate import EstimateOptions, estimate_command
 
     result = _analyze(args.file, args.error_format, args.set)
-    return estimate_command(result, args)
+    options = EstimateOptions(Path(args.file), args.json, args.svg, tuple(args.set))
+    return estimate_command(result, options)
 
 
 def cmd_plan(args) -> int:
-    from msgen.estimate.plan_report import plan_command
+    from msgen.commands.plan import PlanOptions, plan_command
 
     result = _analyze(args.file, args.error_format)
-    return plan_command(result, args)
+    write = Path(args.write) if args.write is not None else None
+    options = PlanOptions(
+        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force
+    )
+    return plan_command(result, options)
 
 
 def cmd_compile(args) -> int:
-    from msgen.emit.command import compile_command
+    from msgen.commands.compile import CompileOptions, compile_command
 
     result = _analyze(args.file, args.error_format, args.set)
     if not result.ok:
         return EXIT_ERRORS
-    return compile_command(result, args)
+    options = CompileOptions(Path(args.file), Path(args.output), args.check, args.force)
+    return compile_command(result, options)
 
 
 def cmd_data(args) -> int:
+    from msgen.commands.report import render
     from msgen.data import DataError
     from msgen.data.command import DataOptions, data_command
-    from msgen.report import render
 
     result = _analyze(args.file, args.error_format)
     if not result.ok:
@@ -134,9 +142,9 @@ def cmd_data(args) -> int:
 
 
 def cmd_fmt(args) -> int:
-    from msgen.fmt import fmt_command
+    from msgen.commands.fmt import FmtOptions, fmt_command
 
-    return fmt_command(args)
+    return fmt_command(FmtOptions(tuple(args.files), args.check))
 
 
 def cmd_explain(args) -> int:

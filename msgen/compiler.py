@@ -1,4 +1,4 @@
-"""The pipeline in one place: text -> AST -> IR -> checks -> (plan, estimate).
+"""The front end in one place: text -> AST -> IR -> analysis and checks -> budget.
 
 Every stage returns diagnostics; none raises on a bad spec.
 """
@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from msgen.analysis.facts import Facts
 from msgen.checks import run_checks
-from msgen.checks.facts import Facts
 from msgen.diagnostics import Diagnostic, has_errors, printable
-from msgen.ir.lower import MODEL_KEYS, lower
+from msgen.estimate import budget
 from msgen.ir.models import Spec
 from msgen.ir.rederive import rederived
+from msgen.ir.schema import MODEL_KEYS
+from msgen.lowering.lower import lower
 from msgen.syntax import parse, read_source
 from msgen.syntax.overrides import apply_overrides, override_keys
 
@@ -79,6 +81,9 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
     result.spec = spec
     result.facts, diags = run_checks(spec)
     result.diagnostics += diags
+    if not has_errors(result.diagnostics):
+        # the estimate needs the graph's layouts, a valid pipeline and a known device
+        result.diagnostics += budget.run(spec, result.facts)
     return result
 
 

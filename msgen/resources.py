@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jinja2
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -29,3 +33,20 @@ def resource_dir(name: str) -> Path:
     raise FileNotFoundError(
         f"msgen resource folder {name!r} is missing: looked in {installed} and {checkout}"
     )
+
+
+@cache
+def template(name: str) -> jinja2.Template:
+    """A template of `templates/`, in the one jinja2 environment msgen renders with
+    (imported here, when something is rendered, so that `msgen check` never loads it)."""
+    import jinja2
+
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(resource_dir("templates")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return environment.get_template(name)

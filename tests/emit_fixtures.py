@@ -96,8 +96,8 @@ def copy_placement(layer: dict, key: str) -> list[int]:
 @cache
 def plan(name: str):
     """The checked Plan of SPECS[name] (what emit() wrote the folder from)."""
+    from msgen.analysis.plan import build_plan
     from msgen.compiler import analyze
-    from msgen.plan import build_plan
 
     result = analyze(SPECS[name])
     assert result.ok, [d.message for d in result.diagnostics]

@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
+from msgen.analysis.plan import Plan
 from msgen.ops.attention import head_dim, kv_heads
-from msgen.plan import Plan
 
 
 def layernorm(x, gamma, beta, eps):
@@ -109,6 +109,9 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
         elif kind == "swiglu":
             gate, up = np.split(ins[0], 2, axis=-1)
             out = silu(gate) * up
+        elif kind == "geglu":
+            gate, up = np.split(ins[0], 2, axis=-1)
+            out = gelu(gate, approximate=False) * up
         elif kind == "dropout":
             out = ins[0]
         elif kind in ("add", "mul"):
@@ -139,7 +142,7 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
 
 def forward_loss(plan: Plan, params: dict, tokens, labels) -> float:
     """The network's loss on `tokens` [batch, seq] against `labels`, in float64."""
-    from msgen.checks.facts import context
+    from msgen.analysis.facts import context
 
     params = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
     return float(run_graph(plan, "network", tokens, params, "", labels, context(plan.spec)))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from msgen.analysis.facts import Facts
 from msgen.checks import pipeline, topology, train
-from msgen.checks.facts import Facts
 from msgen.compiler import Result, analyze_text
-from msgen.estimate.devices import DEVICES
+from msgen.ir.devices import DEVICES
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = Path(__file__).resolve().parent / "cases"

@@ -10,7 +10,17 @@ import pytest
 
 from msgen.cli import main
 from msgen.codes import CODES
-from msgen.ir.lower import BLOCK_KINDS, KEYS, MODEL_REQUIRED
+from msgen.ir import models
+from msgen.ir.schema import (
+    BLOCK_KINDS,
+    KEYS,
+    MODEL_REQUIRED,
+    MODEL_SETTINGS,
+    OPTIMIZERS,
+    SCHEDULES,
+    Schedule,
+    signature,
+)
 from msgen.ops import CALLABLE
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "language.md"
@@ -86,3 +96,70 @@ def test_every_key_is_documented():
     keys |= {"dtype", "param_dtype"}
     missing = sorted(key for key in keys if f"`{key}`" not in text)
     assert not missing, f"keys missing from docs/language.md: {missing}"
+
+
+# The section each block's key table sits under, and the model holding its defaults.
+KEY_TABLES = {
+    "model": ("### model", models.Model),
+    "cluster": ("### cluster", models.Cluster),
+    "mesh": ("### mesh", models.Mesh),
+    "pipeline": ("## Pipeline", models.Pipeline),
+    "train": ("## Train", models.Train),
+    "budget": ("## Budget", models.Budget),
+}
+KEY_CELL = re.compile(r"^`(\w+)`$")
+
+
+def key_table(heading: str) -> dict[str, dict[str, str]]:
+    """The first `| key | ...` table after the heading: row cells by column name."""
+    lines = doc_text().splitlines()
+    start = lines.index(heading)
+    at = next(i for i in range(start, len(lines)) if lines[i].startswith("| key |"))
+    columns = [c.strip() for c in lines[at].strip("|").split("|")]
+    rows = {}
+    for line in lines[at + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        name = KEY_CELL.match(cells["key"])
+        if name:  # "any other name" (a dim) is not a key
+            rows[name.group(1)] = cells
+    return rows
+
+
+def schema_keys(block: str) -> dict[str, bool]:
+    if block == "model":
+        return {k: True for k in MODEL_REQUIRED} | {k: False for k in MODEL_SETTINGS}
+    return KEYS[block]
+
+
+@pytest.mark.parametrize("block", sorted(KEY_TABLES))
+def test_key_tables_follow_the_schema(block):
+    """Each block's table lists the schema's keys, says which are required, and
+    shows the default the IR gives a key that is not written."""
+    heading, model = KEY_TABLES[block]
+    rows = key_table(heading)
+    keys = schema_keys(block)
+    assert sorted(rows) == sorted(keys), f"docs/language.md's {block} table and the schema differ"
+    for key, required in keys.items():
+        if "required" in rows[key]:
+            assert rows[key]["required"] == ("yes" if required else "no"), (block, key)
+        else:
+            assert not required, (block, key)
+        default = model.model_fields[key].default if key in model.model_fields else None
+        if not required and isinstance(default, int | str) and default != "":
+            text = str(default).lower() if isinstance(default, bool) else str(default)
+            assert rows[key]["default"].startswith(f"`{text}`"), (block, key, default)
+
+
+def test_every_block_with_keys_has_a_table():
+    assert set(KEYS) | {"model"} == set(KEY_TABLES)
+
+
+def test_optimizer_and_schedule_signatures_are_documented():
+    text = doc_text()
+    for table in (OPTIMIZERS, SCHEDULES):
+        for name, args in table.items():
+            assert f"`{signature(name, args)}`" in text, signature(name, args)
+    row = key_table("## Pipeline")["schedule"]["value"]
+    assert all(f"`{s}" in row for s in Schedule), row

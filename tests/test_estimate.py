@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from msgen.analysis.plan import Plan
 from msgen.compiler import analyze, analyze_text
 from msgen.estimate.memory import (
     GiB,
@@ -20,7 +21,6 @@ from msgen.estimate.memory import (
     precision,
 )
 from msgen.ops.base import Param, Saved
-from msgen.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "specs"

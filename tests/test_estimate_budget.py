@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from test_estimate import ROOT, SPECS, checked, estimate_of, spec_text
 
+from msgen.analysis.plan import Plan
 from msgen.cli import main
 from msgen.compiler import analyze, analyze_text
 from msgen.estimate.memory import GiB, estimate
-from msgen.estimate.report import estimate_json
+from msgen.estimate.output import estimate_report
 from msgen.estimate.whatif import candidates, estimate_variant, suggestions
-from msgen.plan import Plan
 
 
 def over_budget_gpt7b(folder: Path) -> Path:
@@ -66,7 +66,7 @@ def test_each_suggestion_fits_and_matches_the_spec_it_names(tmp_path):
         assert changed.ok, (s.label, changed.diagnostics)
         assert not budget_diags(changed)
         real = estimate(Plan(changed.spec, changed.facts))
-        assert estimate_json(real) == estimate_json(s.estimate), s.label
+        assert estimate_report(real) == estimate_report(s.estimate), s.label
 
 
 def test_check_fails_then_passes_with_a_suggested_change(tmp_path, capsys):
@@ -87,7 +87,7 @@ def test_mesh_what_if_rebatches_like_the_text_would(tmp_path):
     sets = ["mesh.dp=2", "mesh.tp=4", "pipeline.micro_batches=128"]
     real = analyze(SPECS / "gpt7b.msl", sets)
     assert real.ok
-    assert estimate_json(predicted) == estimate_json(estimate(Plan(real.spec, real.facts)))
+    assert estimate_report(predicted) == estimate_report(estimate(Plan(real.spec, real.facts)))
 
 
 def test_invalid_changes_are_not_suggested():
@@ -153,5 +153,5 @@ def test_shipped_specs_fit(spec):
 def test_estimate_json_of_a_suggestion_is_plain_data(tmp_path):
     result = analyze(over_budget_gpt7b(tmp_path))
     found, _ = suggestions(result.spec, result.facts)
-    json.dumps(estimate_json(found[0].estimate))
+    json.dumps(estimate_report(found[0].estimate).model_dump(mode="json"))
     assert found[0].estimate.budget_bytes == 58 * GiB

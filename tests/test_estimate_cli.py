@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import pytest
 from test_estimate import SPECS
 
 from msgen.cli import main
+from msgen.estimate.report import ROWS as ROW_NAMES
 
 GPT7B = str(SPECS / "gpt7b.msl")
 KORTHIKANTI = str(SPECS / "validation" / "korthikanti22b.msl")
@@ -106,3 +109,80 @@ def test_svg(tmp_path, capsys):
 def test_svg_to_a_missing_folder_is_a_usage_error(tmp_path, capsys):
     code, _, err = run(capsys, GPT7B, "--svg", str(tmp_path / "no" / "such.svg"))
     assert code == 2 and "cannot write" in err
+
+
+# The estimate as data ----------------------------------------------------------
+
+EXPECTED = Path(__file__).resolve().parent / "expected" / "estimate"
+SCHEMA = Path(__file__).resolve().parents[1] / "docs" / "estimate.schema.json"
+
+
+def test_gpt7b_text_is_the_golden_file(capsys, monkeypatch):
+    """`msgen estimate specs/gpt7b.msl`, as a user runs it from the repository top;
+    a change to the estimate's text shows in this file's diff."""
+    monkeypatch.chdir(SPECS.parent)
+    code, out, _ = run(capsys, "specs/gpt7b.msl")
+    assert code == 0
+    assert out == (EXPECTED / "gpt7b.txt").read_text(encoding="utf-8")
+
+
+def test_the_published_json_schema_is_the_models():
+    """docs/estimate.schema.json is EstimateReport's schema (regenerate it with
+    `json.dumps(EstimateReport.model_json_schema(), indent=2)` when the models change)."""
+    from msgen.estimate.output import EstimateReport
+
+    want = json.dumps(EstimateReport.model_json_schema(), indent=2) + "\n"
+    assert SCHEMA.read_text(encoding="utf-8") == want
+
+
+@pytest.mark.parametrize("spec", ["gpt7b.msl", "llama13b.msl", "validation/korthikanti22b.msl"])
+def test_json_output_validates_against_the_models(capsys, spec):
+    from msgen.estimate.output import EstimateReport
+
+    _, doc = as_json(capsys, str(SPECS / spec))
+    report = EstimateReport.model_validate(doc)
+    assert report.model_dump(mode="json") == doc  # every key, in the models and back
+
+
+@pytest.mark.parametrize("spec", ["gpt7b.msl", "llama13b.msl", "validation/gpt1t_4096.msl"])
+def test_svg_bar_heights_are_the_numbers(tmp_path, capsys, spec):
+    """Every segment of every stage's bar is its row's bytes on one scale, stacked in
+    the table's order, and the budget line sits at the budget on that scale."""
+    path = tmp_path / "stages.svg"
+    _, doc = as_json(capsys, str(SPECS / spec))
+    run(capsys, str(SPECS / spec), "--svg", str(path))
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.fromstring(path.read_bytes())
+    segments: dict[int, list[tuple[str, float, float]]] = {}
+    for rect in root.findall("s:rect", ns):
+        title = rect.find("s:title", ns)
+        if title is None or "headroom" in title.text:
+            continue
+        stage, rest = title.text.removeprefix("stage ").split(" ", 1)
+        name = rest.split(":")[0]
+        y, height = float(rect.get("y")), float(rect.get("height"))
+        segments.setdefault(int(stage), []).append((name, y, height))
+    rows = dict(ROW_NAMES)
+    axis = root.findall("s:line", ns)
+    bottom = max(float(line.get("y1")) for line in axis if line.get("stroke") == "#000000")
+    want = {
+        stage["stage"]: [(rows[k], stage[k]) for k in rows if stage[k]] for stage in doc["stages"]
+    }
+    assert {s: [name for name, _, _ in d] for s, d in segments.items()} == {
+        s: [name for name, _ in w] for s, w in want.items()
+    }
+    # pixels per byte, from the tallest stack's top (one rounded figure); every
+    # segment then sits on that scale within its own rounding
+    tallest = max(want, key=lambda s: sum(v for _, v in want[s]))
+    top = min(y for _, y, _ in segments[tallest])
+    scale = (bottom - top) / sum(v for _, v in want[tallest])
+    for s in want:
+        base = bottom
+        for (name, y, height), (_, value) in zip(segments[s], want[s], strict=True):
+            assert abs(height - value * scale) <= 0.11, (s, name, height, value * scale)
+            assert abs(y + height - base) <= 0.1 + 1e-6  # stacked; each figure rounds to 0.1
+            base = y
+    budget = [
+        line for line in axis if line.get("stroke-dasharray") and line.get("x1") != line.get("x2")
+    ]
+    assert abs(bottom - float(budget[0].get("y1")) - doc["budget_bytes"] * scale) <= 0.15

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from msgen.analysis.plan import Plan
 from msgen.compiler import analyze
 from msgen.estimate.flops import step_flops, tokens_per_step
-from msgen.plan import Plan
 from tests.test_estimate import checked, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ import pytest
 
 from msgen.cli import main
 from msgen.compiler import analyze_text
-from msgen.fmt import format_text
 from msgen.syntax import parse
+from msgen.syntax.fmt import format_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "fmt_cases"

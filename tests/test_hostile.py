@@ -21,7 +21,7 @@ import pytest
 
 from msgen.checks.reserved import camel, template_names
 from msgen.cli import main
-from msgen.emit import output
+from msgen.commands import tree as output
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "tests" / "cases" / "base.msl"
@@ -265,9 +265,9 @@ def test_damaged_manifest(tmp_path, capsys, doc):
 
 def emitted(path: Path) -> dict[str, str]:
     """The tree of `path` as if compiled from BASE: two versions of one spec."""
+    from msgen.analysis.plan import build_plan
     from msgen.compiler import analyze, display_path
     from msgen.emit import emit
-    from msgen.plan import build_plan
 
     result = analyze(path)
     return emit(build_plan(result.spec, result.facts), display_path(BASE))

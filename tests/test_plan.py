@@ -1,4 +1,4 @@
-"""The Plan's pipeline placement (msgen/plan.py) against layers placed one by one, the
+"""The Plan's pipeline placement (msgen/analysis/plan.py) against layers placed one by one, the
 fusion tables the emitters take from it, and what `check` says about fusion kinds.
 
 The placement: the repeated layers (one global index over every repeat) run through
@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from msgen.analysis.plan import Plan, balanced_split, build_plan
 from msgen.compiler import analyze_text
 from msgen.emit.build import fusion_tables
-from msgen.plan import Plan, balanced_split, build_plan
 from tests.emit_fixtures import SPECS, plan
 
 

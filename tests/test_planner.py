@@ -89,7 +89,7 @@ def test_write_saves_the_picked_plan_as_a_formatted_spec(searches, capsys, tmp_p
     does, comments kept; its estimate is plan N's; an existing FILE needs --force."""
     import shutil
 
-    from msgen.fmt import format_text
+    from msgen.syntax.fmt import format_text
 
     spec = tmp_path / "gpt7b.msl"
     shutil.copy(ROOT / "specs" / "gpt7b.msl", spec)

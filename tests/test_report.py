@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from msgen import cli
+from msgen.commands.report import render, render_github, render_json, render_text
 from msgen.diagnostics import Span, error, warning
-from msgen.report import render, render_github, render_json, render_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = Path(__file__).resolve().parent / "cases"

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msgen.analysis.plan import Plan
 from msgen.compiler import analyze
 from msgen.estimate.memory import estimate
 from msgen.estimate.time import step_time
-from msgen.plan import Plan
 from tests.test_estimate import checked, spec_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -102,99 +102,6 @@ class Apply(nn.Cell):
         return self.primitive(*args)
 
 
-class Embedding(nn.Cell):
-    """table[ids]; `gather` shards Gather(table, ids)."""
-
-    def __init__(self, vocab, hidden, gather):
-        super().__init__()
-        self.table = weight((vocab, hidden))
-        self.gather = ops.Gather().shard(gather)
-        self.cast = ops.Cast()
-
-    def construct(self, ids):
-        return self.cast(self.gather(self.table, ids, 0), COMPUTE_DTYPE)
-
-
-class Positions(nn.Cell):
-    """Learned absolute positions: the [seq, hidden] table, broadcast over the batch by `+`."""
-
-    def __init__(self, seq, hidden):
-        super().__init__()
-        self.table = weight((seq, hidden))
-        self.cast = ops.Cast()
-
-    def construct(self):
-        return self.cast(self.table, COMPUTE_DTYPE)
-
-
-class Linear(nn.Cell):
-    """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
-
-    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
-        super().__init__()
-        self.n_out = n_out
-        self.weight = weight((n_in, n_out), std)
-        self.matmul = ops.MatMul().shard(matmul)
-        self.cast = ops.Cast()
-        self.has_bias = bias is not None
-        if self.has_bias:
-            self.bias = zeros((n_out,))
-            self.add = ops.Add().shard(bias)
-
-    def construct(self, x):
-        shape = x.shape
-        y = self.matmul(x.reshape(-1, shape[-1]), self.cast(self.weight, COMPUTE_DTYPE))
-        if self.has_bias:
-            y = self.add(y, self.cast(self.bias, COMPUTE_DTYPE))
-        return y.reshape(shape[:-1] + (self.n_out,))
-
-
-class TiedLinear(nn.Cell):
-    """x @ table^T: an output layer that reuses an embedding table [vocab, hidden]."""
-
-    def __init__(self, matmul):
-        super().__init__()
-        self.matmul = ops.MatMul(transpose_b=True).shard(matmul)
-        self.cast = ops.Cast()
-
-    def construct(self, x, table):
-        shape = x.shape
-        y = self.matmul(x.reshape(-1, shape[-1]), self.cast(table, COMPUTE_DTYPE))
-        return y.reshape(shape[:-1] + (table.shape[0],))
-
-
-class LayerNorm(nn.Cell):
-    """(x - mean) / sqrt(var + eps) * gamma + beta over the last dim."""
-
-    def __init__(self, hidden, eps, norm):
-        super().__init__()
-        self.gamma = ones((hidden,))
-        self.beta = zeros((hidden,))
-        self.norm = ops.LayerNorm(-1, -1, eps).shard(norm)
-        self.cast = ops.Cast()
-
-    def construct(self, x):
-        gamma = self.cast(self.gamma, COMPUTE_DTYPE)
-        y, _, _ = self.norm(x, gamma, self.cast(self.beta, COMPUTE_DTYPE))
-        return y
-
-
-class Gelu(nn.Cell):
-    """Exact GELU, x * (1 + erf(x / sqrt(2))) / 2; ops.GeLU is the tanh approximation."""
-
-    def __init__(self, x):
-        super().__init__()
-        (x,) = x
-        self.scale = ops.Mul().shard((x, ()))
-        self.erf = ops.Erf().shard((x,))
-        self.add = ops.Add().shard((x, ()))
-        self.mul = ops.Mul().shard((x, x))
-
-    def construct(self, x):
-        cdf = self.scale(self.add(self.erf(self.scale(x, 0.5**0.5)), 1.0), 0.5)
-        return self.mul(x, cdf)
-
-
 # The constant tables below are built once and shared by every layer: one copy per
 # layer would cost (layers - 1) times their size, in host and in device memory.
 
@@ -305,6 +212,83 @@ class Attention(nn.Cell):
         return self.pv(probs, v)
 
 
+class Gelu(nn.Cell):
+    """Exact GELU, x * (1 + erf(x / sqrt(2))) / 2; ops.GeLU is the tanh approximation."""
+
+    def __init__(self, x):
+        super().__init__()
+        (x,) = x
+        self.scale = ops.Mul().shard((x, ()))
+        self.erf = ops.Erf().shard((x,))
+        self.add = ops.Add().shard((x, ()))
+        self.mul = ops.Mul().shard((x, x))
+
+    def construct(self, x):
+        cdf = self.scale(self.add(self.erf(self.scale(x, 0.5**0.5)), 1.0), 0.5)
+        return self.mul(x, cdf)
+
+
+class Embedding(nn.Cell):
+    """table[ids]; `gather` shards Gather(table, ids)."""
+
+    def __init__(self, vocab, hidden, gather):
+        super().__init__()
+        self.table = weight((vocab, hidden))
+        self.gather = ops.Gather().shard(gather)
+        self.cast = ops.Cast()
+
+    def construct(self, ids):
+        return self.cast(self.gather(self.table, ids, 0), COMPUTE_DTYPE)
+
+
+class Positions(nn.Cell):
+    """Learned absolute positions: the [seq, hidden] table, broadcast over the batch by `+`."""
+
+    def __init__(self, seq, hidden):
+        super().__init__()
+        self.table = weight((seq, hidden))
+        self.cast = ops.Cast()
+
+    def construct(self):
+        return self.cast(self.table, COMPUTE_DTYPE)
+
+
+class Linear(nn.Cell):
+    """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
+
+    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
+        super().__init__()
+        self.n_out = n_out
+        self.weight = weight((n_in, n_out), std)
+        self.matmul = ops.MatMul().shard(matmul)
+        self.cast = ops.Cast()
+        self.has_bias = bias is not None
+        if self.has_bias:
+            self.bias = zeros((n_out,))
+            self.add = ops.Add().shard(bias)
+
+    def construct(self, x):
+        shape = x.shape
+        y = self.matmul(x.reshape(-1, shape[-1]), self.cast(self.weight, COMPUTE_DTYPE))
+        if self.has_bias:
+            y = self.add(y, self.cast(self.bias, COMPUTE_DTYPE))
+        return y.reshape(shape[:-1] + (self.n_out,))
+
+
+class TiedLinear(nn.Cell):
+    """x @ table^T: an output layer that reuses an embedding table [vocab, hidden]."""
+
+    def __init__(self, matmul):
+        super().__init__()
+        self.matmul = ops.MatMul(transpose_b=True).shard(matmul)
+        self.cast = ops.Cast()
+
+    def construct(self, x, table):
+        shape = x.shape
+        y = self.matmul(x.reshape(-1, shape[-1]), self.cast(table, COMPUTE_DTYPE))
+        return y.reshape(shape[:-1] + (table.shape[0],))
+
+
 class CrossEntropy(nn.Cell):
     """Mean over every position of -log softmax(logits)[label], in fp32, vocab-parallel.
 
@@ -346,6 +330,22 @@ class CrossEntropy(nn.Cell):
         )
         picked = self.pick(self.select(target, z, self.zeros(z)), -1)
         return self.mean(self.sub(lse, picked))
+
+
+class LayerNorm(nn.Cell):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over the last dim."""
+
+    def __init__(self, hidden, eps, norm):
+        super().__init__()
+        self.gamma = ones((hidden,))
+        self.beta = zeros((hidden,))
+        self.norm = ops.LayerNorm(-1, -1, eps).shard(norm)
+        self.cast = ops.Cast()
+
+    def construct(self, x):
+        gamma = self.cast(self.gamma, COMPUTE_DTYPE)
+        y, _, _ = self.norm(x, gamma, self.cast(self.beta, COMPUTE_DTYPE))
+        return y
 
 
 class Decoder(nn.Cell):

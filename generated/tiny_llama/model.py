@@ -56,65 +56,6 @@ def lazy_inline_on_ascend(init):
     return init_network
 
 
-class Embedding(nn.Cell):
-    """table[ids]; `gather` shards Gather(table, ids)."""
-
-    def __init__(self, vocab, hidden, gather):
-        super().__init__()
-        self.table = weight((vocab, hidden))
-        self.gather = ops.Gather().shard(gather)
-        self.cast = ops.Cast()
-
-    def construct(self, ids):
-        return self.cast(self.gather(self.table, ids, 0), COMPUTE_DTYPE)
-
-
-class Linear(nn.Cell):
-    """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
-
-    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
-        super().__init__()
-        self.n_out = n_out
-        self.weight = weight((n_in, n_out), std)
-        self.matmul = ops.MatMul().shard(matmul)
-        self.cast = ops.Cast()
-        self.has_bias = bias is not None
-        if self.has_bias:
-            self.bias = zeros((n_out,))
-            self.add = ops.Add().shard(bias)
-
-    def construct(self, x):
-        shape = x.shape
-        y = self.matmul(x.reshape(-1, shape[-1]), self.cast(self.weight, COMPUTE_DTYPE))
-        if self.has_bias:
-            y = self.add(y, self.cast(self.bias, COMPUTE_DTYPE))
-        return y.reshape(shape[:-1] + (self.n_out,))
-
-
-class RMSNorm(nn.Cell):
-    """x / sqrt(mean(x^2) + eps) * gamma over the last dim; the statistics in fp32."""
-
-    def __init__(self, hidden, eps, norm):
-        super().__init__()
-        (x,) = norm
-        row = x[:-1] + (1,)
-        self.eps = eps
-        self.gamma = ones((hidden,))
-        self.square = ops.Square().shard((x,))
-        self.mean = ops.ReduceMean(keep_dims=True).shard((x,))
-        self.add = ops.Add().shard((row, ()))
-        self.rsqrt = ops.Rsqrt().shard((row,))
-        self.normalize = ops.Mul().shard((x, row))
-        self.scale = ops.Mul().shard((x, x[-1:]))
-        self.cast = ops.Cast()
-
-    def construct(self, x):
-        x32 = self.cast(x, mstype.float32)
-        inv = self.rsqrt(self.add(self.mean(self.square(x32), -1), self.eps))
-        y = self.cast(self.normalize(x32, inv), COMPUTE_DTYPE)
-        return self.scale(y, self.cast(self.gamma, COMPUTE_DTYPE))
-
-
 # The constant tables below are built once and shared by every layer: one copy per
 # layer would cost (layers - 1) times their size, in host and in device memory.
 
@@ -225,6 +166,41 @@ class Attention(nn.Cell):
         return self.pv(probs, v)
 
 
+class Embedding(nn.Cell):
+    """table[ids]; `gather` shards Gather(table, ids)."""
+
+    def __init__(self, vocab, hidden, gather):
+        super().__init__()
+        self.table = weight((vocab, hidden))
+        self.gather = ops.Gather().shard(gather)
+        self.cast = ops.Cast()
+
+    def construct(self, ids):
+        return self.cast(self.gather(self.table, ids, 0), COMPUTE_DTYPE)
+
+
+class Linear(nn.Cell):
+    """x @ weight (+ bias), weight [n_in, n_out]; MatMul sees x as [batch * seq, n_in]."""
+
+    def __init__(self, n_in, n_out, matmul, bias=None, std=0.02):
+        super().__init__()
+        self.n_out = n_out
+        self.weight = weight((n_in, n_out), std)
+        self.matmul = ops.MatMul().shard(matmul)
+        self.cast = ops.Cast()
+        self.has_bias = bias is not None
+        if self.has_bias:
+            self.bias = zeros((n_out,))
+            self.add = ops.Add().shard(bias)
+
+    def construct(self, x):
+        shape = x.shape
+        y = self.matmul(x.reshape(-1, shape[-1]), self.cast(self.weight, COMPUTE_DTYPE))
+        if self.has_bias:
+            y = self.add(y, self.cast(self.bias, COMPUTE_DTYPE))
+        return y.reshape(shape[:-1] + (self.n_out,))
+
+
 class CrossEntropy(nn.Cell):
     """Mean over every position of -log softmax(logits)[label], in fp32, vocab-parallel.
 
@@ -266,6 +242,30 @@ class CrossEntropy(nn.Cell):
         )
         picked = self.pick(self.select(target, z, self.zeros(z)), -1)
         return self.mean(self.sub(lse, picked))
+
+
+class RMSNorm(nn.Cell):
+    """x / sqrt(mean(x^2) + eps) * gamma over the last dim; the statistics in fp32."""
+
+    def __init__(self, hidden, eps, norm):
+        super().__init__()
+        (x,) = norm
+        row = x[:-1] + (1,)
+        self.eps = eps
+        self.gamma = ones((hidden,))
+        self.square = ops.Square().shard((x,))
+        self.mean = ops.ReduceMean(keep_dims=True).shard((x,))
+        self.add = ops.Add().shard((row, ()))
+        self.rsqrt = ops.Rsqrt().shard((row,))
+        self.normalize = ops.Mul().shard((x, row))
+        self.scale = ops.Mul().shard((x, x[-1:]))
+        self.cast = ops.Cast()
+
+    def construct(self, x):
+        x32 = self.cast(x, mstype.float32)
+        inv = self.rsqrt(self.add(self.mean(self.square(x32), -1), self.eps))
+        y = self.cast(self.normalize(x32, inv), COMPUTE_DTYPE)
+        return self.scale(y, self.cast(self.gamma, COMPUTE_DTYPE))
 
 
 class Decoder(nn.Cell):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msgen.checks.facts import Facts
+from msgen.analysis.facts import Facts
 from msgen.checks.reserved import camel, class_clash, reserved_reason
 from msgen.diagnostics import Diagnostic, did_you_mean, error, warning
 from msgen.ir.models import Graph, Spec
@@ -131,27 +131,11 @@ def reserved(spec: Spec) -> list[Diagnostic]:
 
 
 def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    """After msgen.analysis.graph.order: it knows which layers are repeated."""
     diags: list[Diagnostic] = reserved(spec)
     for graph in spec.layers.values():
         diags += check_graph(graph, spec, is_network=False)
     diags += check_graph(spec.network, spec, is_network=True)
-    for op in spec.network.ops:
-        if op.kind != "repeat" or op.args["layer"] not in spec.layers:
-            continue
-        layer = op.args["layer"]
-        if layer in facts.repeats:
-            diags.append(
-                error(
-                    "MSL121",
-                    f"layer `{layer}` is already repeated by `{facts.repeats[layer].name}`",
-                    op.span,
-                    "parameter paths name the layer: repeat each layer once "
-                    "(define a second layer block for a second stack)",
-                )
-            )
-            continue
-        facts.repeats[layer] = op
-        facts.order.append(layer)
     unknown_repeat = any(
         op.kind == "repeat" and op.args["layer"] not in spec.layers for op in spec.network.ops
     )
@@ -165,7 +149,6 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
                     f"use it in the network: `repeat {name}(x) N`",
                 )
             )
-    facts.order.append("network")
     for rc in spec.recompute.values():
         if rc.layer not in spec.layers:
             diags.append(

@@ -7,15 +7,11 @@ The layers are the network's repeated layers: the sum of its `repeat` counts
 
 from __future__ import annotations
 
-from msgen.checks.facts import Facts
+from msgen.analysis.facts import Facts
+from msgen.analysis.plan import balanced_split
 from msgen.diagnostics import Diagnostic, error
 from msgen.ir.models import Spec
-
-
-def balanced_split(layers: int, stages: int) -> tuple[int, ...]:
-    """Layers per stage as the plan makes them: the first (layers mod stages) take one more."""
-    base, extra = divmod(layers, stages)
-    return tuple(base + (1 if s < extra else 0) for s in range(stages))
+from msgen.ir.schema import Schedule
 
 
 def total_layers(spec: Spec) -> int:
@@ -87,11 +83,11 @@ def check_split(spec: Spec, layers: int) -> list[Diagnostic]:
 
 def check_schedule(spec: Spec, layers: int) -> list[Diagnostic]:
     pipe, pp = spec.pipeline, spec.mesh.pp
-    if pipe.schedule != "interleaved":
+    if pipe.schedule != Schedule.INTERLEAVED:
         return []
     chunks = pipe.chunks
     if pipe.split is not None:
-        # Each stage's `split` count is divided over its chunks (msgen/plan.py), so a
+        # Each stage's `split` count is divided over its chunks (msgen/analysis/plan.py), so a
         # stage with fewer layers than chunks would leave a virtual stage empty.
         short = [i for i, n in enumerate(pipe.split) if 0 < n < chunks]
         if pp == 1 or chunks == 1 or not short or len(pipe.split) != pp:

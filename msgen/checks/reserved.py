@@ -42,7 +42,7 @@ update_cell_prefix update_cell_type update_parameters_name
 # not module-level, so they are named here: construct's arguments, the loop
 # variable of repeated layers (msgen/emit/opcode.py), the fusion helper's table.
 CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters"})
-TEMPLATES = ("model.py.j2", "train.py.j2")
+TEMPLATES = ("model.py.j2", "train.py.j2", "ops/*.py.j2")  # ops/: the ops' helper cells
 
 _QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")
 _LISTED = re.compile(r"""\[["']([A-Za-z_][A-Za-z0-9_]*)["']\]""")
@@ -74,8 +74,9 @@ def template_names() -> frozenset[str]:
     """Every name the generated model.py and train.py import or define at module
     level, read from the templates, so a new import there is reserved at once."""
     names: set[str] = set()
-    for template in TEMPLATES:
-        text = (resource_dir("templates") / template).read_text(encoding="utf-8")
+    root = resource_dir("templates")
+    for path in (path for pattern in TEMPLATES for path in sorted(root.glob(pattern))):
+        text = path.read_text(encoding="utf-8")
         sets = dict(re.findall(r"{%-? set (\w+) = (.*?)-?%}", text))
         for line in text.splitlines():
             names |= {n for n in _bound(line, sets) if n.isidentifier()}

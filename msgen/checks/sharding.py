@@ -1,26 +1,22 @@
-"""Sharding: splits name real mesh axes once each, divide the dims they split, and
-agree between producer and consumer (else an implicit redistribution, reported
-with its bytes per step). Every op gets a layout, every parameter a split."""
+"""Sharding: splits name real mesh axes once each (`declared`, before layouts are
+derived), divide the dims they split, and agree between producer and consumer
+(else an implicit redistribution, reported with its bytes per step). The layouts
+themselves come from msgen.analysis.graph."""
 
 from __future__ import annotations
 
-from math import gcd, prod
+from math import gcd
 
-from msgen.checks.facts import (
-    DTYPE_BYTES,
-    TOKEN_BYTES,
+from msgen.analysis.facts import (
     Facts,
     GraphFacts,
-    OpFacts,
-    Redistribution,
     context,
     graph_of,
 )
-from msgen.checks.shapes import op_error
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes, warning
 from msgen.ir.models import Sharding, Spec
 from msgen.ops import OPS
-from msgen.ops.base import OpError, Param, Tensor, split_factor, whole
+from msgen.ops.base import OpError, Param, split_factor
 
 TENSOR_AXES = ("dp", "tp")
 
@@ -92,16 +88,6 @@ def declared_ok(gf: GraphFacts, spec: Spec) -> list[Diagnostic]:
                 if pname in pshapes:
                     diags += check_sharding(s, len(pshapes[pname]), f"{node.name}.{pname}")
     return diags
-
-
-def moved_bytes(t: Tensor, needed, ctx) -> int:
-    """Bytes each device receives to turn split `t.split` into `needed`: what it
-    must hold afterwards minus what it already holds of that."""
-    size = prod(t.shape) * t.itemsize
-    union = tuple(tuple(sorted(set(a) | set(b))) for a, b in zip(t.split, needed, strict=True))
-    f_need = prod(split_factor(a, ctx) for a in needed)
-    f_union = prod(split_factor(a, ctx) for a in union)
-    return max(0, size // f_need - size // f_union)
 
 
 class _Divisibility:
@@ -193,86 +179,43 @@ class _Divisibility:
         return f"{change} with micro_batches = {train.global_batch // per_step}"
 
 
-def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
+def declared(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    """Every written split names real mesh axes, once each, at the right rank."""
     diags: list[Diagnostic] = []
     for name in facts.order:
         gf = facts.graphs.get(name)
         if gf is not None:
             diags += declared_ok(gf, spec)
-    if diags:
-        return diags
+    return diags
+
+
+def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
+    """Over the layouts msgen.analysis.graph found: every split divides its dim,
+    and redistributions are reported with their bytes per step."""
     ctx = context(spec)
     divisibility = _Divisibility(spec, ctx)
-    item = DTYPE_BYTES[spec.model.dtype]
     for name in facts.order:
         gf = facts.graphs[name]
         graph = graph_of(spec, name)
         tied: dict[str, Param] = {}
         op_ctx = context(spec, tied)
-        if graph.input is not None:
+        if graph.input is not None and graph.input.name in gf.tensors:
             decl = graph.input
-            split = decl.sharding.dims if decl.sharding else whole(len(decl.shape))
-            itemsize = TOKEN_BYTES if name == "network" else item
-            gf.tensors[decl.name] = Tensor(decl.shape, split, itemsize)
-            divisibility.check(decl.name, decl.shape, split, decl.span)
-        for node in graph.ops:
-            if node.name not in gf.shapes or any(r.name not in gf.tensors for r in node.inputs):
+            divisibility.check(decl.name, decl.shape, gf.tensors[decl.name].split, decl.span)
+        for of in gf.ops.values():
+            node = of.node
+            if of.output is None:
                 continue
-            of = OpFacts(node, inputs=[gf.tensors[r.name] for r in node.inputs])
-            gf.ops[node.name] = of
-            shape = gf.shapes[node.name]
-            if node.kind == "repeat":
-                layer = facts.graphs[node.args["layer"]]
-                layer_in = layer.tensors.get(layer.graph.input.name)
-                if layer_in is None or layer.output is None:
-                    continue
-                needed = (layer_in.split,)
-                out = layer.output
-                count = node.args["count"]
-                if out.split != layer_in.split and count > 1:
-                    # each copy's output feeds the next copy's input
-                    moved = moved_bytes(out, layer_in.split, ctx)
-                    if moved:
-                        span = layer.graph.output_span or layer.graph.span
-                        of.redistributions.append(
-                            Redistribution(node.name, f"{layer.graph.name} output",
-                                           out.split, layer_in.split, moved, span,
-                                           count - 1)
-                        )  # fmt: skip
-            else:
-                opdef = OPS[node.kind]
-                try:
-                    layout = opdef.layout(node, of.inputs, shape, op_ctx)
-                except OpError as exc:
-                    diags.append(op_error(exc, node))
-                    continue
-                of.layout = layout
-                needed = layout.inputs
-                itemsize = 4 if node.kind == "cross_entropy" else item
-                out = Tensor(shape, layout.output, itemsize)
-                for p in layout.params:
+            if of.layout is not None:
+                for p in of.layout.params:
                     span = node.param_shardings.get(p.name, node).span
                     divisibility.check(f"{node.name}.{p.name}", p.shape, p.split, span)
                     if node.kind == "embedding":
                         tied[node.name] = p
-                for what, n, axes in opdef.divisible(node, layout, op_ctx):
+                for what, n, axes in OPS[node.kind].divisible(node, of.layout, op_ctx):
                     divisibility.check(what, (n,), (axes,), node.span)
-            of.output = out
-            gf.tensors[node.name] = out
-            divisibility.check(node.name, shape, out.split, node.span)
-            own = {c.operand for c in of.layout.collectives} if of.layout else set()
-            for i, (ref, t, need) in enumerate(zip(node.inputs, of.inputs, needed, strict=False)):
-                if t.split != need and i not in own:
-                    moved = moved_bytes(t, need, ctx)
-                    if moved:
-                        of.redistributions.append(
-                            Redistribution(node.name, ref.name, t.split, need, moved, ref.span)
-                        )
-            if node.kind != "repeat":
-                of.saves = OPS[node.kind].saves(node, of.inputs, out, op_ctx)
-    diags += divisibility.diagnostics()
-    diags += redistribution_warnings(spec, facts)
-    return diags
+            divisibility.check(node.name, of.output.shape, of.output.split, node.span)
+    return divisibility.diagnostics() + redistribution_warnings(spec, facts)
 
 
 def redistribution_warnings(spec: Spec, facts: Facts) -> list[Diagnostic]:

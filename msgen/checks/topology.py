@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 from functools import cache
 
-from msgen.checks.facts import Facts
+from msgen.analysis.facts import Facts
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error
-from msgen.estimate.devices import DEVICES
+from msgen.ir.devices import DEVICES
 from msgen.ir.models import Spec
 
 PER_NODE = (1, 2, 4, 8)

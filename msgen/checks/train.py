@@ -9,19 +9,11 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from msgen.checks.facts import Facts
+from msgen.analysis.facts import Facts
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
 from msgen.ir.models import Call, Spec
+from msgen.ir.schema import OPTIMIZERS, REQUIRED, SCHEDULES, FusionKind, LossScale
 
-REQUIRED = object()
-
-OPTIMIZERS: dict[str, dict[str, object]] = {
-    "adamw": {"lr": REQUIRED, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0},
-}
-SCHEDULES: dict[str, dict[str, object]] = {
-    "cosine": {"warmup": 0, "steps": REQUIRED, "min_lr": 0.0},
-    "constant": {"warmup": 0},
-}
 ZERO_LEVELS = (0, 1, 2, 3)
 SEED_LIMIT = 2**32
 
@@ -267,7 +259,7 @@ def check_settings(spec: Spec) -> list[Diagnostic]:
                 "zero is 0 (off), 1 (optimizer states), 2 (+ gradients) or 3 (+ weights)",
             )
         )
-    if train.loss_scale not in (None, "dynamic", "none"):
+    if train.loss_scale not in (None, *LossScale):
         try:
             scale = float(train.loss_scale)
         except ValueError:
@@ -341,7 +333,7 @@ def check_buckets(spec: Spec) -> list[Diagnostic]:
 # fuses all of its parameters' collectives whatever its kind; its AutoParallel
 # `comm_fusion` config cannot help either (it fuses by size, ignoring the ids). The
 # ids are emitted for every kind, and a non-allreduce group gets a warning saying so.
-KIND_OPS = {"allgather": "AllGather", "reducescatter": "ReduceScatter"}
+KIND_OPS = {FusionKind.ALLGATHER: "AllGather", FusionKind.REDUCESCATTER: "ReduceScatter"}
 
 
 def check_fusion_kinds(spec: Spec) -> list[Diagnostic]:

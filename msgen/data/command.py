@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from msgen.data.mindrecord import WindowWriter
     from msgen.data.pack import Packer
 
-EXIT_OK, EXIT_ERRORS = 0, 1
 FORMAT = "msgen-data 1"
 TRAIN, VALID = "train", "valid"
 BATCH_BYTES = 1 << 20  # text handed to the tokenizer at once: big enough for all cores

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
+from msgen.commands.files import interrupts_deferred
 from msgen.data import DataError
 
 MANIFEST = "dataset.json"
@@ -62,9 +62,7 @@ class Staging:
     def commit(self) -> None:
         """Move the staged files into the folder, dataset.json last, with Ctrl-C held
         back until done; remove the old dataset's files this one does not replace."""
-        interrupted = []
-        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
-        try:
+        with interrupts_deferred():
             # The folder stops being a dataset first, and becomes one again last.
             (self.folder / MANIFEST).unlink(missing_ok=True)
             keep = self.keep.resolve() if self.keep else None
@@ -75,7 +73,3 @@ class Staging:
             for name in sorted(self.names, key=lambda n: n == MANIFEST):
                 os.replace(self.path / name, self.folder / name)
             self.path.rmdir()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-        if interrupted:
-            raise KeyboardInterrupt

@@ -1,6 +1,6 @@
 """Code generation: `emit(plan, spec_path) -> {relative path: text}`, pure and in memory.
 
-Writing to disk, `--check` and the diff all consume that dict (msgen/emit/output.py).
+Writing to disk, `--check` and the diff all consume that dict (msgen/commands/tree.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import hashlib
 import json
 
 from msgen import __version__
-from msgen.plan import Plan
+from msgen.analysis.plan import Plan
 
 MANIFEST = "manifest.json"
 
@@ -39,7 +39,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     from msgen.emit.plan_json import plan_json
     from msgen.emit.render import render_model, render_train
     from msgen.estimate.memory import estimate
-    from msgen.estimate.report import estimate_json
+    from msgen.estimate.output import estimate_report
 
     spec = plan.spec
     context = build_context(plan, spec_path)
@@ -57,7 +57,11 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
         "model.py": render_model(context),
         "train.py": render_train(context),
         "launch/msrun.sh": msrun_script(launch),
-        "plan.json": plan_json(plan, spec_path, estimate_json(estimate(plan))),
+        "plan.json": plan_json(
+            plan,
+            spec_path,
+            estimate_report(estimate(plan)).model_dump(mode="json", exclude={"time"}),
+        ),
     }
     if cluster.device_ips is not None:
         files["hccl.json"] = rank_table_json(launch)

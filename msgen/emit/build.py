@@ -3,73 +3,22 @@ int tuples, parameters with their init and decay, stages, fusion ids."""
 
 from __future__ import annotations
 
-from math import prod
-
-from msgen.checks.facts import OpFacts
+from msgen.analysis.facts import OpFacts
+from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
-from msgen.estimate.devices import DEVICES
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
-from msgen.ops.attention import head_dim, kv_heads
-from msgen.ops.base import Context, split_factor
-from msgen.plan import DEFAULT_FUSION_ID, Plan
-
-INIT = {"weight": "normal", "table": "normal", "bias": "zeros", "beta": "zeros", "gamma": "ones"}
-DECAY = {"weight", "table"}  # AdamW decays matrices; norms and biases are left alone
-
-ADAMW_DEFAULTS = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.0}
-
-
-def factors(split, ctx: Context) -> tuple[int, ...]:
-    return tuple(split_factor(axes, ctx) for axes in split)
-
-
-def _lead(split, ctx) -> int:
-    """Leading dims folded into one, as a [batch*seq, features] matmul sees them."""
-    return prod(factors(split[:-1], ctx))
-
-
-def strategies(of: OpFacts, ctx: Context) -> tuple[tuple[str, tuple], ...]:
-    """The `OpSpec.strategies` roles of one op, from the layout the checks chose."""
-    node, layout = of.node, of.layout
-    kind = node.kind
-    if layout is None:
-        return ()
-    ins = layout.inputs
-    if kind == "linear":
-        x = ins[0]
-        lead, w_in = _lead(x, ctx), factors(x, ctx)[-1]
-        out = factors(layout.output, ctx)
-        if node.args.get("tie"):
-            tv, th = factors(ctx.tied[node.args["tie"]].split, ctx)
-            return (("matmul", ((lead, th), (tv, th))),)
-        w = dict((p.name, factors(p.split, ctx)) for p in layout.params)
-        roles = [("matmul", ((lead, w_in), w["weight"]))]
-        if "bias" in w:
-            roles.append(("bias", ((prod(out[:-1]), out[-1]), w["bias"])))
-        return tuple(roles)
-    if kind == "embedding":
-        table = factors(layout.params[0].split, ctx)
-        return (("gather", (table, factors(ins[0], ctx))),)
-    if kind == "attention":
-        sb, _, sh = factors(ins[0], ctx)
-        q = (sb, sh, 1, 1)
-        return (("scores", (q, q)),)
-    if kind == "layernorm":
-        return (("norm", (factors(ins[0], ctx), (1,), (1,))),)
-    if kind == "rmsnorm":
-        return (("norm", (factors(ins[0], ctx),)),)
-    if kind in ("gelu", "silu", "swiglu", "dropout"):
-        return (("x", (factors(ins[0], ctx),)),)
-    if kind in ("add", "mul"):
-        # A constant operand (always the last input) is a scalar tensor: `()`.
-        const = ((),) if "const" in node.args else ()
-        return (("x", tuple(factors(s, ctx) for s in ins) + const),)
-    if kind == "cross_entropy":
-        sb, ss, sv = factors(ins[0], ctx)
-        return (("logits", ((sb * ss, sv),)),)
-    return ()
-
+from msgen.ir.devices import DEVICES
+from msgen.ir.schema import (
+    OPTIMIZERS,
+    SCHEDULES,
+    LossScale,
+    RecomputeMode,
+    Schedule,
+    with_defaults,
+)
+from msgen.ops import OPS
+from msgen.ops.base import Context
 
 INIT_STD = 0.02  # GPT-2 and Megatron-LM; model.py.j2's weight() default
 
@@ -107,56 +56,36 @@ def op_spec(
     inputs: tuple[str | float, ...] = tuple(r.name for r in node.inputs)
     if "const" in args:
         inputs += (float(args["const"]),)
-    params = tuple(ParamSpec(p.name, p.shape, INIT[p.name], p.name in DECAY) for p in of.params)
-    extra: dict = {}
-    if node.kind == "linear":
-        extra = {
-            "n_out": args["n"],
-            "bias": args.get("bias", True),
-            "tie": args.get("tie"),
-            "std": std,
-        }
-    elif node.kind == "attention":
-        extra = {
-            "heads": args["heads"],
-            "kv_heads": kv_heads(node),
-            "head_dim": head_dim(node, ctx),
-            "causal": args.get("causal", False),
-            "rope": args.get("rope", False),
-            "flash": args.get("flash", False),
-            "p": float(args.get("dropout", 0.0)),
-        }
-    elif node.kind == "dropout":
-        extra = {"p": float(args.get("p", 0.1))}
-    elif node.kind in ("layernorm", "rmsnorm"):
-        extra = {"eps": float(args.get("eps", 1e-5 if node.kind == "layernorm" else 1e-6))}
-    elif node.kind == "gelu":
-        extra = {"approximate": args.get("approximate", False)}
+    opdef = OPS[node.kind]
+    params = tuple(
+        ParamSpec(p.name, p.shape, opdef.inits[p.name], p.name in opdef.decays) for p in of.params
+    )
+    settings = opdef.settings(node, ctx) | ({"std": std} if std is not None else {})
     return OpSpec(
         name=node.name,
         kind=node.kind,
         inputs=inputs,
         params=params,
-        strategies=strategies(of, ctx),
+        strategies=opdef.strategies(node, of.layout, ctx) if of.layout else (),
         recompute=recompute,
         stage=stage,
         segment=segment,
-        **extra,
+        settings=tuple(settings.items()),
     )
 
 
 def train_spec(plan: Plan) -> TrainSpec:
     t = plan.spec.train
-    opt = dict(ADAMW_DEFAULTS) | (t.optimizer.args if t.optimizer else {})
-    sched = t.schedule.args if t.schedule else {}
-    warmup = int(sched.get("warmup", 0))
-    if t.schedule is not None and t.schedule.name == "constant":
+    opt = with_defaults(OPTIMIZERS, t.optimizer.name, t.optimizer.args)
+    sched = with_defaults(SCHEDULES, t.schedule.name, t.schedule.args)
+    warmup = int(sched["warmup"])
+    if t.schedule.name == "constant":
         steps, min_lr = warmup + 1, opt["lr"]  # a cosine from lr to lr is flat
     else:
-        steps, min_lr = int(sched.get("steps", warmup + 1)), float(sched.get("min_lr", 0.0))
+        steps, min_lr = int(sched["steps"]), float(sched["min_lr"])
     loss_scale = plan.spec.loss_scale
     scale_value = 1.0
-    if loss_scale not in ("dynamic", "none"):  # a fixed number (MSL512: positive)
+    if loss_scale not in tuple(LossScale):  # a fixed number (MSL512: positive)
         loss_scale, scale_value = "static", float(loss_scale)
     return TrainSpec(
         micro_batch=t.micro_batch,
@@ -216,7 +145,7 @@ def gigabytes(n: int) -> str:
 
 
 def build_context(plan: Plan, spec_path: str) -> ModelContext:
-    from msgen.checks.facts import context
+    from msgen.analysis.facts import context
 
     spec = plan.spec
     tied = {
@@ -226,7 +155,9 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
     }
     ctx = context(spec, tied)
     selected = {
-        name: {r.name for r in rc.ops} for name, rc in spec.recompute.items() if rc.mode == "select"
+        name: {r.name for r in rc.ops}
+        for name, rc in spec.recompute.items()
+        if rc.mode == RecomputeMode.SELECT
     }
     copies = sum(rep.count for rep in plan.repeats)
     scaled = INIT_STD / (2 * copies) ** 0.5
@@ -251,7 +182,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
                 input=graph.graph.input.name,
                 output=graph.graph.output,
                 ops=ops,
-                recompute=rc is not None and rc.mode == "full",
+                recompute=rc is not None and rc.mode == RecomputeMode.FULL,
             )
         )
     net_ops = []
@@ -290,9 +221,11 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         micro_batches=spec.micro_batches,
         # interleaved(chunks = 1) is plain 1F1B; so is any schedule when pp = 1
         schedule=(
-            "interleaved"
+            Schedule.INTERLEAVED
             if plan.interleaved
-            else "gpipe" if spec.pipeline.schedule == "gpipe" else "1f1b"
+            else (
+                Schedule.GPIPE if spec.pipeline.schedule == Schedule.GPIPE else Schedule.ONE_F_ONE_B
+            )
         ),
         layers=tuple(layers),
         network=network,

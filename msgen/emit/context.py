@@ -10,8 +10,9 @@ Conventions:
   wants them.
 - A strategy is MindSpore's `Primitive.shard` argument: one int tuple per
   primitive input, e.g. `((dp, 1), (1, tp))` for a column-parallel MatMul.
-- `OpSpec.strategies` maps a *role* (one primitive of the op, see `ROLES`) to
-  its strategy. A role that is absent is not sharded (stand-alone layout).
+- `OpSpec.strategies` maps a *role* (one primitive of the op; its op module's
+  `strategies` says which) to its strategy. A role that is absent is not sharded
+  (stand-alone layout).
 """
 
 from __future__ import annotations
@@ -19,45 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from msgen.checks.reserved import camel
+from msgen.ops.base import Strategy
 
-Strategy = tuple[tuple[int, ...], ...]
 # (first copy, end copy, fusion id): copies first .. end - 1 of a layer parameter
 FusionRuns = tuple[tuple[int, int, int], ...]
-
-# The op kinds the templates know, and the strategy roles each one reads.
-# Roles of composite ops, and what the strategy describes:
-#   linear:        matmul  MatMul of x as [batch*seq, in] by weight [in, out]
-#                  bias    Add of the [batch*seq, out] product and bias [out]
-#                  tied:   matmul is MatMul(transpose_b) by the table [vocab, hidden]
-#   embedding:     gather  Gather(table [vocab, hidden], ids [batch, seq])
-#   attention:     scores  BatchMatMul of q and k as [batch, heads, seq, head_dim];
-#                          its batch and head splits place every other primitive
-#                          of the op (slices, rope, softmax, dropout, flash)
-#   layernorm:     norm    LayerNorm(x, gamma, beta)
-#   rmsnorm:       norm    layout of x, e.g. ((dp, 1, 1),); the primitives derive
-#   gelu/silu/dropout/swiglu: x   layout of the input, e.g. ((dp, 1, tp),)
-#   add/mul:       x       Add/Mul strategy for both operands
-#   cross_entropy: logits  layout of logits as [batch*seq, vocab], e.g. ((dp, tp),);
-#                          every primitive of the vocab-parallel loss derives from it
-#                          (the vocab split stays: the row reductions all-reduce)
-ROLES: dict[str, tuple[str, ...]] = {
-    "embedding": ("gather",),
-    "positions": (),
-    "linear": ("matmul", "bias"),
-    "attention": ("scores",),
-    "layernorm": ("norm",),
-    "rmsnorm": ("norm",),
-    "gelu": ("x",),
-    "silu": ("x",),
-    "swiglu": ("x",),
-    "dropout": ("x",),
-    "add": ("x",),
-    "mul": ("x",),
-    "cross_entropy": ("logits",),
-    "repeat": (),
-}
-
-DTYPES = ("fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -74,7 +40,6 @@ class ParamSpec:
 class OpSpec:
     """One op; its output tensor, its attribute and its parameter-path segment share `name`.
 
-    Only the arguments of its own kind matter; the others keep their defaults.
     `inputs` are tensor names or, for add/mul, float constants.
     """
 
@@ -86,32 +51,22 @@ class OpSpec:
     recompute: bool = False  # selective recompute of this op
     stage: int = 0  # pipeline stage; network ops only (layer ops: the copy's)
     segment: int = 0  # pipeline segment (interleaved model chunk), like `stage`
-    # linear
-    n_out: int = 0
-    bias: bool = True
-    tie: str | None = None  # the embedding op whose table is reused, transposed
-    std: float | None = None  # scaled normal init of an output projection (None: 0.02)
-    # attention
-    heads: int = 0
-    kv_heads: int = 0
-    head_dim: int = 0
-    causal: bool = False
-    rope: bool = False
-    flash: bool = False
-    # dropout probability (dropout, attention)
-    p: float = 0.0
-    # layernorm / rmsnorm
-    eps: float = 0.0
-    # gelu: tanh approximation instead of erf
-    approximate: bool = False
+    # what the op's code needs beyond the above (its op module's `settings`)
+    settings: tuple[tuple[str, object], ...] = ()
     # repeat: `count` copies of `layer`; `placement` runs (first, end, stage, segment):
     # copies first .. end - 1 run on that pipeline stage and segment
     layer: str | None = None
     count: int = 0
     placement: tuple[tuple[int, int, int, int], ...] = ()
 
-    def strategy(self, role: str) -> Strategy | None:
-        return dict(self.strategies).get(role)
+    def strategy(self, role: str) -> Strategy:
+        found = dict(self.strategies).get(role)
+        if found is None:
+            raise ValueError(f"op {self.name!r} ({self.kind}) has no {role!r} strategy")
+        return found
+
+    def setting(self, key: str):
+        return dict(self.settings).get(key)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from msgen.resources import template
+
 
 @dataclass(frozen=True)
 class LaunchContext:
@@ -77,17 +79,5 @@ def rank_table_script(ctx: LaunchContext) -> str:
     return _render("launch/rank_table.sh.j2", ctx)
 
 
-def _render(template: str, ctx: LaunchContext) -> str:
-    # Imported here so that `msgen check` and `estimate` never pay for jinja2.
-    import jinja2
-
-    from msgen.resources import resource_dir
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(resource_dir("templates")),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    return env.get_template(template).render(ctx=ctx)
+def _render(name: str, ctx: LaunchContext) -> str:
+    return template(name).render(ctx=ctx)

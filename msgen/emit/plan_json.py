@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from msgen.checks.facts import context
+from msgen.analysis.facts import context
+from msgen.analysis.plan import Plan, Repeat
 from msgen.ops.base import split_factor
-from msgen.plan import Plan, Repeat
 
 
 def _split(split) -> list[str]:

@@ -1,36 +1,19 @@
 """Render model.py and train.py from a ModelContext: jinja2, then black, in-process.
 
-jinja2 and black are imported inside the functions so that importing msgen (and
-`msgen check`) stays fast.
+black is imported inside `_format` (and jinja2 by msgen.resources.template) so that
+importing msgen (and `msgen check`) stays fast.
 """
 
 from __future__ import annotations
 
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msgen.emit import opcode
 from msgen.emit.context import ModelContext
-from msgen.resources import resource_dir
-
-if TYPE_CHECKING:
-    import jinja2
+from msgen.ops import OPS
+from msgen.resources import template
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
-
-@cache
-def _environment() -> jinja2.Environment:
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(resource_dir("templates")),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
 
 
 def _format(source: str) -> str:
@@ -39,8 +22,8 @@ def _format(source: str) -> str:
     return black.format_str(source, mode=black.Mode(target_versions={black.TargetVersion.PY311}))
 
 
-def _render(template: str, **values: Any) -> str:
-    return _format(_environment().get_template(template).render(**values))
+def _render(name: str, **values: Any) -> str:
+    return _format(template(name).render(**values))
 
 
 def render_model(ctx: ModelContext) -> str:
@@ -49,8 +32,8 @@ def render_model(ctx: ModelContext) -> str:
     }
     code[None] = opcode.network_code(ctx)
     helpers = frozenset().union(*(c.helpers for c in code.values()))
-    flash = any(op.flash for layer in ctx.layers for op in layer.ops) or any(
-        op.flash for op in ctx.network.ops
+    flash = any(op.setting("flash") for layer in ctx.layers for op in layer.ops) or any(
+        op.setting("flash") for op in ctx.network.ops
     )
     return _render(
         "model.py.j2",
@@ -60,6 +43,7 @@ def render_model(ctx: ModelContext) -> str:
         kinds=ctx.kinds(),
         flash=flash,
         dtypes=DTYPES,
+        op_helpers=tuple(h for op in OPS.values() for h in op.helpers),
     )
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from msgen.checks.facts import GraphFacts, OpFacts, context
+from msgen.analysis.facts import GraphFacts, OpFacts, context
+from msgen.analysis.plan import Plan
 from msgen.ir.models import Recompute
+from msgen.ir.schema import RecomputeMode
 from msgen.ops import OPS
 from msgen.ops.base import Context, Layout, Work
-from msgen.plan import Plan
 
 NO_WORK = Work()
 
@@ -39,9 +40,9 @@ def sharing(layout: Layout, sizes: dict[str, int]) -> int:
 def recomputed(gf: GraphFacts, rc: Recompute | None) -> tuple[str, ...]:
     """The ops whose forward backward runs again: every op under `full`, the
     named ones under `select(...)`."""
-    if rc is None or rc.mode == "none":
+    if rc is None or rc.mode == RecomputeMode.NONE:
         return ()
-    if rc.mode == "full":
+    if rc.mode == RecomputeMode.FULL:
         return tuple(gf.ops)
     return tuple(r.name for r in rc.ops if r.name in gf.ops)
 

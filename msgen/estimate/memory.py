@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, prod
 
-from msgen.checks.facts import DTYPE_BYTES, GraphFacts
-from msgen.estimate.devices import DEVICES, Device
+from msgen.analysis.facts import GraphFacts
+from msgen.analysis.plan import Plan
+from msgen.ir.devices import DEVICES, Device
 from msgen.ir.models import Recompute, Spec, Split
+from msgen.ir.schema import DTYPE_BYTES, RecomputeMode, Schedule
 from msgen.ops import OPS
 from msgen.ops.base import Param, Saved
-from msgen.plan import Plan
 
 GiB = 2**30
 MiB = 2**20
@@ -130,9 +131,9 @@ def saved_bytes(s: Saved, sizes: dict[str, int]) -> int:
 
 
 def recompute_label(rc: Recompute | None) -> str:
-    if rc is None or rc.mode == "none":
+    if rc is None or rc.mode == RecomputeMode.NONE:
         return "none"
-    if rc.mode == "full":
+    if rc.mode == RecomputeMode.FULL:
         return "full"
     return f"select({', '.join(r.name for r in rc.ops)})"
 
@@ -147,11 +148,15 @@ def kept_saves(gf: GraphFacts, rc: Recompute | None) -> dict[str, Saved]:
     named composite op (a Cell) keeps its output. An input that is itself the
     output of a named primitive is recomputed from that op's own inputs.
     """
-    if rc is not None and rc.mode == "full":
+    if rc is not None and rc.mode == RecomputeMode.FULL:
         decl = gf.graph.input
         t = gf.tensors[decl.name]
         return {decl.name: Saved(decl.name, t.shape, t.split, t.itemsize, "input")}
-    named = [r.name for r in rc.ops if r.name in gf.ops] if rc and rc.mode == "select" else []
+    named = (
+        [r.name for r in rc.ops if r.name in gf.ops]
+        if rc and rc.mode == RecomputeMode.SELECT
+        else []
+    )
     recomputed = {n for n in named if OPS[gf.ops[n].node.kind].selected_drops_output}
     kept: dict[str, Saved] = {}
     for name, of in gf.ops.items():
@@ -186,10 +191,10 @@ def in_flight(spec: Spec, stage: int) -> Fraction:
     pp, n = spec.mesh.pp, spec.micro_batches
     if pp == 1:
         return Fraction(1)
-    if spec.pipeline.schedule == "gpipe":
+    if spec.pipeline.schedule == Schedule.GPIPE:
         return Fraction(n)
     m = spec.pipeline.chunks
-    if spec.pipeline.schedule == "interleaved" and m > 1:
+    if spec.pipeline.schedule == Schedule.INTERLEAVED and m > 1:
         chunks = min(2 * (pp - stage - 1) + (m - 1) * pp + 1, n * m)
         return Fraction(chunks, m)
     return Fraction(min(n, pp - stage))

@@ -10,14 +10,10 @@ nothing fits "smallest" (the lowest peak any layout reaches)}.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import sys
-from pathlib import Path
-
-from msgen.estimate.planner import Ranked, Search, search
-from msgen.estimate.report import gib, stage_json
-from msgen.estimate.time_report import seconds, time_json
+from msgen.estimate.output import stage_report, time_report
+from msgen.estimate.planner import Ranked, Search
+from msgen.estimate.report import gib
+from msgen.estimate.time_report import seconds
 from msgen.estimate.whatif import set_args
 
 
@@ -34,8 +30,8 @@ def ranked_json(r: Ranked) -> dict:
         "mfu": t.mfu,
         "hfu": t.hfu,
         "tokens_per_s_per_device": t.tokens_per_s_per_device,
-        "memory": stage_json(peak),
-        "time": time_json(t),
+        "memory": stage_report(peak).model_dump(mode="json"),
+        "time": time_report(t).model_dump(mode="json"),
     }
 
 
@@ -93,49 +89,3 @@ def render(found: Search, model: str, objective: str) -> str:
             "smaller micro_batch, or a shorter seq"
         )
     return "\n".join(lines) + "\n"
-
-
-def plan_command(result, args) -> int:
-    from msgen.cli import EXIT_ERRORS, EXIT_OK, UsageError
-
-    if result.spec is None or any(
-        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
-    ):
-        return EXIT_ERRORS
-    if args.top < 1:
-        raise UsageError("--top must be at least 1")
-    if args.write is not None and args.pick < 1:
-        raise UsageError("--pick must be at least 1")
-    found = search(result.spec, result.facts, args.objective, max(args.top, args.pick))
-    shown = dataclasses.replace(found, plans=found.plans[: args.top])
-    if args.json:
-        sys.stdout.write(json.dumps(search_json(shown, args.objective), indent=2) + "\n")
-    else:
-        sys.stdout.write(render(shown, result.spec.model.name, args.objective))
-    if args.write is not None and found.plans:
-        if args.pick > len(found.plans):
-            raise UsageError(f"--pick {args.pick}: only {len(found.plans)} plans fit")
-        write_plan(Path(args.file), Path(args.write), found.plans[args.pick - 1], args.force)
-    return EXIT_OK if found.plans else EXIT_ERRORS
-
-
-def write_plan(spec: Path, out: Path, plan: Ranked, force: bool) -> None:
-    """The spec with the plan's settings written in, laid out as `msgen fmt` does, into
-    `out`: never the spec itself, and an existing file only with --force."""
-    from msgen.cli import UsageError
-    from msgen.files import write_file
-    from msgen.fmt import format_text
-    from msgen.syntax.edit import write_settings
-    from msgen.syntax.parser import read_source
-
-    if out.exists() and spec.exists() and out.samefile(spec):
-        raise UsageError(f"--write {out} is the spec itself; name another file")
-    if out.exists() and not force:
-        raise UsageError(f"--write {out} exists; add --force to replace it")
-    text = read_source(spec)
-    formatted, _ = format_text(write_settings(text, list(plan.layout.sets), str(spec)), str(out))
-    try:
-        write_file(out, formatted)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from exc
-    print(f"wrote {describe(plan)} to {out}", file=sys.stderr)

@@ -22,14 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from msgen.analysis.plan import Plan
 from msgen.checks import INDEPENDENT_PASSES, run_checks
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate, recompute_label
 from msgen.estimate.time import StepTime, step_time
 from msgen.estimate.whatif import apply
 from msgen.ir.models import Spec
+from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
-from msgen.plan import Plan
 
 CHUNKS = (2, 4)
 MAX_MICRO_BATCH = 16
@@ -87,7 +88,9 @@ class Search:
 def written(spec: Spec, layers: list[str]) -> Layout:
     pipe = spec.pipeline
     schedule = (
-        f"interleaved(chunks = {pipe.chunks})" if pipe.schedule == "interleaved" else pipe.schedule
+        f"interleaved(chunks = {pipe.chunks})"
+        if pipe.schedule == Schedule.INTERLEAVED
+        else pipe.schedule
     )
     return Layout(
         spec.mesh.dp,
@@ -154,11 +157,11 @@ def settings_of(layout: Layout) -> dict:
     }
     for layer, mode in layout.recompute:
         if mode.startswith("select("):
-            settings[f"recompute.{layer}"] = ("select", tuple(mode[7:-1].split(", ")))
+            settings[f"recompute.{layer}"] = (RecomputeMode.SELECT, tuple(mode[7:-1].split(", ")))
         else:
             settings[f"recompute.{layer}"] = (mode, ())
     if layout.schedule.startswith("interleaved"):
-        settings["schedule"] = "interleaved"
+        settings["schedule"] = Schedule.INTERLEAVED
         settings["chunks"] = int(layout.schedule.split("=")[1].strip(" )"))
     else:
         settings["schedule"] = layout.schedule
@@ -203,7 +206,7 @@ def search(spec: Spec, facts, objective: str = "time", top: int = 5) -> Search:
             continue
         group = (layout.dp, layout.tp, layout.pp, layout.micro_batch)
         if group not in graph_facts:
-            f, diags = run_checks(v, budget=False)
+            f, diags = run_checks(v)
             graph_facts[group] = None if has_errors(diags) else f
         f = graph_facts[group]
         if f is None:

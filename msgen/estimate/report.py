@@ -1,38 +1,13 @@
-"""`msgen estimate`: the estimate as an aligned text table per stage, as JSON,
-and as a stacked-bar SVG.
-
-JSON schema (bytes are per device, GiB = 2^30; `--json` prints it):
-
-    model, device, devices, mesh {dp, tp, pp}, schedule, chunks, micro_batches,
-    zero, dtypes and bytes_per_param {weights, master, grads, optimizer (, total)},
-    params_total (logical, each parameter once), budget_bytes,
-    budget_source ("budget.device_memory" | "device"), hbm_bytes and
-    runtime_reserve_bytes (of the device), fits, stages: [
-      {stage, layers, layer_kinds: [{layer, copies, recompute,
-       activation_bytes_per_layer}], params (per device: the model-parallel
-       slices, before ZeRO), weights_bytes, grads_bytes, accumulation_bytes,
-       optimizer_bytes, activation_bytes_per_layer, in_flight_micro_batches,
-       activations_bytes, other_activations_bytes, logits_bytes, hccl_bytes,
-       total_bytes, headroom_bytes, fits}],
-    time (the step-time model; msgen.estimate.time_report has its schema)
-
-`activation_bytes_per_layer` is the stage's per-micro-batch layer activations
-over its layers: exact with one layer kind on the stage (`layer_kinds` has each
-kind's exact figure), rounded up when kinds differ. `in_flight_micro_batches` is
-a whole number except under interleaving (p + (p - 1)/m on the first stage);
-`activations_bytes` = per layer x layers x in flight, rounded up to a byte.
-"""
+"""`msgen estimate`'s text: an aligned table per stage, and the one-line breakdown
+the budget check's messages use. The JSON is msgen.estimate.output's models."""
 
 from __future__ import annotations
 
-import json
-import sys
 from fractions import Fraction
-from pathlib import Path
 
-from msgen.diagnostics import format_bytes, has_errors
-from msgen.estimate.memory import Estimate, GiB, StageMemory, estimate
-from msgen.plan import Plan
+from msgen.diagnostics import format_bytes
+from msgen.estimate.memory import Estimate, GiB, StageMemory
+from msgen.ir.schema import Schedule
 
 # The rows of a stage, as the table, the breakdown and the SVG name them.
 ROWS = (
@@ -53,10 +28,6 @@ def gib(n: int) -> str:
 
 def signed_gib(n: int) -> str:
     return f"{'+' if n >= 0 else '-'}{gib(abs(n))}"
-
-
-def number(x: Fraction) -> int | float:
-    return int(x) if x.denominator == 1 else float(x)
 
 
 def flight(x: Fraction) -> str:
@@ -150,7 +121,9 @@ def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()
         f"  bytes per parameter: weights {prec.weight} + grads {prec.grad}{master} + "
         f"Adam {prec.optimizer} = {prec.per_param}; zero {est.zero}"
     )
-    schedule = est.schedule + (f"(chunks = {est.chunks})" if est.schedule == "interleaved" else "")
+    schedule = est.schedule + (
+        f"(chunks = {est.chunks})" if est.schedule == Schedule.INTERLEAVED else ""
+    )
     per_step = f"{est.micro_batches} micro-batch{'es' if est.micro_batches > 1 else ''} per step"
     lines.append(f"  pipeline: {schedule}, {per_step}")
     if est.budget_bytes is not None:
@@ -200,121 +173,3 @@ def stage_table(est: Estimate, stage: StageMemory) -> list[str]:
     out.append(row("headroom", values["headroom"], "10% for fragmentation, not added"))
     out.append(f"  {'verdict':<{width}}  {verdict(stage)}")
     return out
-
-
-# JSON -------------------------------------------------------------------------
-
-
-def estimate_json(est: Estimate) -> dict:
-    prec = est.precision
-    device = est.device
-    return {
-        "model": est.model,
-        "device": device.name if device else None,
-        "devices": est.devices,
-        "mesh": dict(est.mesh),
-        "schedule": est.schedule,
-        "chunks": est.chunks,
-        "micro_batches": est.micro_batches,
-        "zero": est.zero,
-        "dtypes": {
-            "weights": prec.weight_dtype,
-            "master": prec.master_dtype,
-            "grads": prec.grad_dtype,
-            "optimizer": "fp32",
-        },
-        "bytes_per_param": {
-            "weights": prec.weight,
-            "master": prec.master,
-            "grads": prec.grad,
-            "optimizer": prec.optimizer,
-            "total": prec.per_param,
-        },
-        "params_total": est.params_total,
-        "budget_bytes": est.budget_bytes,
-        "budget_source": est.budget_source,
-        "hbm_bytes": device.hbm_bytes if device else None,
-        "runtime_reserve_bytes": device.reserve_bytes if device else None,
-        "fits": est.fits,
-        "stages": [stage_json(s) for s in est.stages],
-    }
-
-
-def stage_json(s: StageMemory) -> dict:
-    return {
-        "stage": s.stage,
-        "layers": s.layers,
-        "layer_kinds": [
-            {
-                "layer": k.layer,
-                "copies": k.copies,
-                "recompute": k.recompute,
-                "activation_bytes_per_layer": k.activation_bytes_per_layer,
-            }
-            for k in s.layer_kinds
-        ],
-        "params": s.params,
-        "weights_bytes": s.weights_bytes,
-        "grads_bytes": s.grads_bytes,
-        "accumulation_bytes": s.accumulation_bytes,
-        "optimizer_bytes": s.optimizer_bytes,
-        "activation_bytes_per_layer": s.activation_bytes_per_layer,
-        "in_flight_micro_batches": number(s.in_flight_micro_batches),
-        "activations_bytes": s.activations_bytes,
-        "other_activations_bytes": s.other_activations_bytes,
-        "logits_bytes": s.logits_bytes,
-        "hccl_bytes": s.hccl_bytes,
-        "total_bytes": s.total_bytes,
-        "headroom_bytes": s.headroom_bytes,
-        "fits": s.fits,
-    }
-
-
-# the command ------------------------------------------------------------------
-
-
-def write_svg(name: str, spec: Path, svg: str) -> None:
-    """`--svg FILE`: a regular file (created or replaced), never the spec itself; `-`
-    is stdout."""
-    from msgen.cli import UsageError
-    from msgen.files import write_file
-
-    if name == "-":
-        sys.stdout.write(svg)
-        return
-    path = Path(name)
-    if path.exists() and spec.exists() and path.samefile(spec):
-        raise UsageError(f"--svg {name} is the spec itself; name another file")
-    try:
-        write_file(path, svg)
-    except OSError as exc:
-        raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from exc
-
-
-def estimate_command(result, args) -> int:
-    """Print the whole estimate; 1 when a stage is over budget (or the spec has
-    other errors, already printed: then nothing is estimated)."""
-    from msgen.cli import EXIT_ERRORS, EXIT_OK
-
-    if result.spec is None or any(
-        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
-    ):
-        return EXIT_ERRORS
-    from msgen.estimate.time import step_time
-    from msgen.estimate.time_report import render_time, time_json
-
-    plan = Plan(result.spec, result.facts)
-    est = estimate(plan)
-    timing = step_time(plan, est)
-    if args.json:
-        report = estimate_json(est)
-        report["time"] = time_json(timing) if timing else None
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
-    else:
-        sys.stdout.write(render_text(est, args.set, render_time(timing) if timing else ()))
-    if args.svg:
-        from msgen.estimate.svg import render_svg
-
-        write_svg(args.svg, Path(args.file), render_svg(est, timing))
-    # a budget the device cannot give (MSL403) fails though every stage fits it
-    return EXIT_OK if est.fits and not has_errors(result.diagnostics) else EXIT_ERRORS

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from msgen.checks.facts import OpFacts, context
-from msgen.estimate.devices import Device, Link
+from msgen.analysis.facts import OpFacts, context
+from msgen.analysis.plan import Plan
 from msgen.estimate.flops import (
     StepFlops,
     graph_ops,
@@ -36,10 +36,11 @@ from msgen.estimate.flops import (
     tokens_per_step,
 )
 from msgen.estimate.memory import Estimate, precision, slice_shape
+from msgen.ir.devices import Device, Link
 from msgen.ir.models import Spec
+from msgen.ir.schema import LossScale
 from msgen.ops import OPS
 from msgen.ops.base import Collective, Context, Layout, Work
-from msgen.plan import Plan
 
 RING_STEPS = {"AllReduce": 2, "AllGather": 1, "ReduceScatter": 1}
 
@@ -394,7 +395,7 @@ def optimizer_time(params: int, spec: Spec, machine: Machine) -> float:
     share = params / dp if spec.train.zero >= 1 else params
     master = prec.master or prec.weight
     per_param = prec.grad + 2 * (master + prec.optimizer) + prec.grad  # Adam, then zeroing
-    if spec.loss_scale != "none":
+    if spec.loss_scale != LossScale.NONE:
         per_param += 2 * prec.grad
     if spec.train.grad_clip is not None:
         per_param += prec.grad

@@ -14,13 +14,15 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from msgen.checks import names, run_checks, shapes
-from msgen.checks.facts import Facts
+from msgen.analysis import graph
+from msgen.analysis.facts import Facts
+from msgen.analysis.plan import Plan
+from msgen.checks import run_checks
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate
 from msgen.ir.models import Recompute, Spec, TensorRef
+from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
-from msgen.plan import Plan
 
 MESH_FACTORS = (2, 4, 8)  # how far one suggestion moves devices between axes
 PAIR_POOL = 6  # single changes, best first, that are tried two at a time
@@ -114,8 +116,8 @@ def rebatched(spec: Spec, old_batch: int) -> Spec | None:
     # a layer's input shape depends on the layers before it: one pass per layer
     for _ in range(len(spec.layers) + 1):
         facts = Facts()
-        names.run(spec, facts)
-        shapes.run(spec, facts)
+        graph.order(spec, facts)
+        graph.infer_shapes(spec, facts)
         fed = facts.graphs["network"].shapes
         layers = dict(spec.layers)
         for layer, node in facts.repeats.items():
@@ -136,7 +138,7 @@ def estimate_variant(spec: Spec, settings: dict) -> Estimate | None:
     variant = apply(spec, settings)
     if variant is None:
         return None
-    facts, diags = run_checks(variant, budget=False)
+    facts, diags = run_checks(variant)
     if has_errors(diags):
         return None
     return estimate(Plan(variant, facts))
@@ -152,7 +154,7 @@ def describe(spec: Spec, settings: dict) -> tuple[str, tuple[str, ...]]:
         if key.startswith("recompute."):
             layer = key.partition(".")[2]
             mode, ops = value
-            text = f"select({', '.join(ops)})" if mode == "select" else mode
+            text = f"select({', '.join(ops)})" if mode == RecomputeMode.SELECT else mode
             words.append(f"recompute {layer} = {text}")
             sets.append(f"recompute.{layer}={text}")
         elif key == "mesh":
@@ -185,20 +187,22 @@ def candidates(spec: Spec, facts: Facts) -> list[Change]:
     out: list[Change] = []
     for layer in facts.order[:-1]:
         rc = spec.recompute.get(layer)
-        mode = rc.mode if rc else "none"
-        if mode == "full":
+        mode = rc.mode if rc else RecomputeMode.NONE
+        if mode == RecomputeMode.FULL:
             continue
         family = f"recompute {layer}"
-        chosen = [r.name for r in rc.ops] if mode == "select" else []
+        chosen = [r.name for r in rc.ops] if mode == RecomputeMode.SELECT else []
         composites = [
             name
             for name, of in facts.graphs[layer].ops.items()
             if OPS[of.node.kind].composite and name not in chosen
         ]
         if composites:
-            value = ("select", tuple(chosen + composites))
+            value = (RecomputeMode.SELECT, tuple(chosen + composites))
             out.append(Change(family, COST["select"], ((f"recompute.{layer}", value),)))
-        out.append(Change(family, COST["full"], ((f"recompute.{layer}", ("full", ())),)))
+        out.append(
+            Change(family, COST["full"], ((f"recompute.{layer}", (RecomputeMode.FULL, ())),))
+        )
     mesh = spec.mesh
     if mesh.dp > 1:
         for level in range(spec.train.zero + 1, 4):
@@ -208,8 +212,8 @@ def candidates(spec: Spec, facts: Facts) -> list[Change]:
     mb = spec.train.micro_batch
     for smaller in sorted((d for d in range(1, mb) if mb % d == 0), reverse=True):
         out.append(Change("micro_batch", COST["micro_batch"], (("micro_batch", smaller),)))
-    if mesh.pp > 1 and spec.pipeline.schedule != "1f1b":
-        out.append(Change("schedule", COST["schedule"], (("schedule", "1f1b"),)))
+    if mesh.pp > 1 and spec.pipeline.schedule != Schedule.ONE_F_ONE_B:
+        out.append(Change("schedule", COST["schedule"], (("schedule", Schedule.ONE_F_ONE_B),)))
     dp, tp, pp = mesh.dp, mesh.tp, mesh.pp
     reshapes = []
     for k in MESH_FACTORS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from msgen.diagnostics import Span
+from msgen.ir.schema import Dtype, FusionKind, LossScale, RecomputeMode, Schedule
 
 Split = tuple[tuple[str, ...], ...]
 """Per tensor dim, the mesh axes it is split over; () means whole."""
@@ -71,8 +72,8 @@ class Graph(Node):
 class Model(Block):
     name: str
     dims: dict[str, int] = Field(default_factory=dict)
-    dtype: str = "fp32"
-    param_dtype: str = "fp32"
+    dtype: Dtype = Dtype.FP32
+    param_dtype: Dtype = Dtype.FP32
 
 
 class Cluster(Block):
@@ -106,19 +107,19 @@ class Mesh(Block):
 
 class Recompute(Node):
     layer: str
-    mode: str  # full | select | none
+    mode: RecomputeMode
     ops: tuple[TensorRef, ...] = ()
 
 
 class Pipeline(Block):
     micro_batches: int | None = None
-    schedule: str = "1f1b"  # 1f1b | gpipe | interleaved
+    schedule: Schedule = Schedule.ONE_F_ONE_B
     chunks: int = 1
     split: tuple[int, ...] | None = None
 
 
 class FusionGroup(Node):
-    kind: str  # allreduce | allgather | reducescatter
+    kind: FusionKind
     name: str
     patterns: tuple[str, ...]
     buckets: int = 1
@@ -145,10 +146,10 @@ class Train(Block):
     optimizer: Call | None = None
     schedule: Call | None = None
     zero: int = 0
-    loss_scale: str | None = None  # dynamic | none | a fixed number as text
+    loss_scale: LossScale | str | None = None  # or a fixed number, as text
     grad_clip: float | None = None
-    master_weights: str | None = None
-    grad_dtype: str | None = None
+    master_weights: Dtype | None = None
+    grad_dtype: Dtype | None = None
     checkpoint: Checkpoint | None = None
     data: str | None = None  # the training MindRecord
     valid: str | None = None  # the validation MindRecord, from `mindrecord(..., valid = "...")`
@@ -185,7 +186,9 @@ class Spec(BaseModel):
     @property
     def loss_scale(self) -> str:
         """`train.loss_scale` as written, else its default: dynamic for fp16, none otherwise."""
-        return self.train.loss_scale or ("dynamic" if self.model.dtype == "fp16" else "none")
+        if self.train.loss_scale:
+            return self.train.loss_scale
+        return LossScale.DYNAMIC if self.model.dtype == Dtype.FP16 else LossScale.NONE
 
     @property
     def micro_batches(self) -> int:

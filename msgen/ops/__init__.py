@@ -1,31 +1,34 @@
-"""The op library: one class per op, looked up by the name a spec calls it by."""
+"""The op library: one class per op, looked up by the name a spec calls it by.
 
-from msgen.ops.attention import Attention
+Every public `OpDef` subclass with a `name` in a module of this package is an op,
+in the order of the modules' names and, within a module, of definition: adding an
+op is adding its module (or a class to a module of its family), nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
 from msgen.ops.base import OpDef
-from msgen.ops.elementwise import Add, Dropout, Gelu, Mul, Silu, Swiglu
-from msgen.ops.embedding import Embedding, Positions
-from msgen.ops.linear import Linear
-from msgen.ops.loss import CrossEntropy
-from msgen.ops.norm import LayerNorm, RmsNorm
 
-OPS: dict[str, OpDef] = {
-    op.name: op
-    for op in (
-        Embedding(),
-        Positions(),
-        Linear(),
-        Attention(),
-        LayerNorm(),
-        RmsNorm(),
-        Gelu(),
-        Silu(),
-        Swiglu(),
-        Dropout(),
-        Add(),
-        Mul(),
-        CrossEntropy(),
-    )
-}
+
+def _discover() -> dict[str, OpDef]:
+    found: dict[str, OpDef] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, OpDef)
+                and value.__module__ == module.__name__
+                and "name" in vars(value)
+            ):
+                found[value.name] = value()
+    return found
+
+
+OPS: dict[str, OpDef] = _discover()
 
 # Written as operators, not called by name.
 OPERATORS = {"+": "add", "*": "mul"}

@@ -13,7 +13,9 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Saved,
+    Snippet,
     Work,
+    factors,
     out_declared,
     tensor_bytes,
 )
@@ -42,6 +44,34 @@ class Attention(OpDef):
         Arg("dropout", "float", 0.0, within="[0, 1)"),
     )
     composite = True
+    helpers = ("attention",)
+
+    def strategies(self, node, layout, ctx):
+        sb, _, sh = factors(layout.inputs[0], ctx)
+        q = (sb, sh, 1, 1)
+        return (("scores", (q, q)),)
+
+    def settings(self, node, ctx):
+        return {
+            "heads": node.args["heads"],
+            "kv_heads": kv_heads(node),
+            "head_dim": head_dim(node, ctx),
+            "causal": self.arg(node, "causal"),
+            "rope": self.arg(node, "rope"),
+            "flash": self.arg(node, "flash"),
+            "p": float(self.arg(node, "dropout")),
+        }
+
+    def code(self, op, model):
+        (qkv,) = op.inputs
+        s = op.setting
+        flash = ", flash=True" if s("flash") else ""
+        make = (
+            f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
+            f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, p={s('p')!r}, "
+            f"scores={op.strategy('scores')}{flash})"
+        )
+        return Snippet(make, f"self.{op.name}({qkv})", "attention")
 
     def shape(self, node, inputs, ctx):
         (qkv,) = inputs

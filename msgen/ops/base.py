@@ -1,8 +1,13 @@
 """What every op in the library declares, and the helpers they share.
 
-An op is one class: its arguments, shape inference, parameters, the layout
-(sharding) it computes at and the collectives that implies, and the tensors it
-saves for backward. Splits are per-dim tuples of mesh axes (see `ir.models.Split`).
+An op is one class in one module: its arguments, shape inference, parameters, the
+layout (sharding) it computes at and the collectives that implies, the tensors it
+saves for backward, its FLOPs, and its emission: the MindSpore shard strategies
+of its primitives, the settings its code needs, the code itself (`code`), and the
+helper cells it instantiates, each a template fragment `templates/ops/<helper>.py.j2`.
+The registry (msgen.ops) finds every op class in the package's modules, so adding
+an op is adding its module. Splits are per-dim tuples of mesh axes (see
+`ir.models.Split`).
 """
 
 from __future__ import annotations
@@ -12,8 +17,7 @@ from math import prod
 from typing import ClassVar
 
 from msgen.ir.models import OpNode, Split
-
-REQUIRED = object()
+from msgen.ir.schema import REQUIRED
 
 
 @dataclass(frozen=True)
@@ -151,13 +155,53 @@ def out_declared(node: OpNode, rank: int) -> Split | None:
     return s.dims if s is not None and len(s.dims) == rank else None
 
 
+Strategy = tuple[tuple[int, ...], ...]  # MindSpore's `Primitive.shard` argument
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """An op in a generated cell: `self.<op> = make` in `__init__`, `<op> = call` in
+    `construct`; `helper` names the helper cell `make` instantiates, if any."""
+
+    make: str
+    call: str
+    helper: str | None = None
+
+
+def factors(split: Split, ctx: Context) -> tuple[int, ...]:
+    """A split as a strategy entry: the number of slices of each dim."""
+    return tuple(split_factor(axes, ctx) for axes in split)
+
+
+def lead(split: Split, ctx: Context) -> int:
+    """Leading dims folded into one, as a [batch*seq, features] matmul sees them."""
+    return prod(factors(split[:-1], ctx))
+
+
+def call_args(*values: str | float) -> str:
+    """Arguments of a generated call: tensor names as they are, numbers as literals."""
+    return ", ".join(v if isinstance(v, str) else repr(v) for v in values)
+
+
 class OpDef:
     name: ClassVar[str]
     args: ClassVar[tuple[Arg, ...]]
     params: ClassVar[tuple[str, ...]] = ()  # names `param @ [...]` may shard
+    # Helper cells its code may instantiate: templates/ops/<helper>.py.j2 each.
+    helpers: ClassVar[tuple[str, ...]] = ()
+    # Each parameter's initialiser (normal: std 0.02, zeros, ones), and those AdamW
+    # decays (matrices; norms and biases are left alone).
+    inits: ClassVar[dict[str, str]] = {}
+    decays: ClassVar[frozenset[str]] = frozenset()
     # A composite op is a Cell of several primitives in MindSpore; a primitive op is one
     # primitive, or a helper cell standing for one.
     composite: ClassVar[bool] = False
+
+    def arg(self, node: OpNode, name: str):
+        """An argument as written, else its declared default."""
+        if name in node.args:
+            return node.args[name]
+        return next(a.default for a in self.args if a.name == name)
 
     def tensor_args(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "tensor")
@@ -192,6 +236,22 @@ class OpDef:
         keeps its output, as MindSpore does for a Cell.
         """
         return not self.composite
+
+    # emission -----------------------------------------------------------------
+
+    def strategies(self, node: OpNode, layout: Layout, ctx: Context):
+        """`(role, strategy)` per primitive of the op, from the layout the checks chose;
+        a role that is absent is not sharded. Default: one role `x`, the first input's."""
+        return (("x", (factors(layout.inputs[0], ctx),)),)
+
+    def settings(self, node: OpNode, ctx: Context) -> dict:
+        """What `code` needs beyond the op's inputs, parameters and strategies."""
+        return {}
+
+    def code(self, op, model) -> Snippet:
+        """The op's generated code. `op` is the emitter's record of it (name, inputs,
+        params, `strategy(role)`, `setting(key)`), `model` the model's (seq, network)."""
+        raise NotImplementedError
 
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""

@@ -10,8 +10,11 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Saved,
+    Snippet,
     Work,
     align,
+    call_args,
+    factors,
     out_declared,
     saved_operand,
     tensor_bytes,
@@ -31,11 +34,25 @@ class _Unary(OpDef):
 class Gelu(_Unary):
     name = "gelu"
     args = (Arg("x", "tensor"), Arg("approximate", "bool", False))
+    helpers = ("gelu",)
+
+    def settings(self, node, ctx):
+        return {"approximate": self.arg(node, "approximate")}
+
+    def code(self, op, model):
+        (x,) = op.inputs
+        if op.setting("approximate"):  # ops.GeLU is the tanh form
+            return Snippet(f"ops.GeLU().shard({op.strategy('x')})", f"self.{op.name}({x})")
+        return Snippet(f"Gelu({op.strategy('x')})", f"self.{op.name}({x})", "gelu")
 
 
 class Silu(_Unary):
     name = "silu"
     args = (Arg("x", "tensor"),)
+
+    def code(self, op, model):
+        (x,) = op.inputs
+        return Snippet(f"SiLU().shard({op.strategy('x')})", f"self.{op.name}({x})")
 
 
 class Swiglu(_Unary):
@@ -44,6 +61,7 @@ class Swiglu(_Unary):
 
     name = "swiglu"
     args = (Arg("x", "tensor"),)
+    helpers = ("swiglu",)
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs
@@ -51,11 +69,24 @@ class Swiglu(_Unary):
             raise OpError("MSL119", "swiglu needs an even last dim ([gate | up])", "x")
         return x[:-1] + (x[-1] // 2,)
 
+    def code(self, op, model):
+        (x,) = op.inputs
+        return Snippet(f"SwiGLU({op.strategy('x')})", f"self.{op.name}({x})", "swiglu")
+
 
 class Dropout(_Unary):
     name = "dropout"
     args = (Arg("x", "tensor"), Arg("p", "float", 0.1, within="[0, 1)"))
     saves_input = False
+
+    def settings(self, node, ctx):
+        return {"p": float(self.arg(node, "p"))}
+
+    def code(self, op, model):
+        (x,) = op.inputs
+        # ops.Dropout returns (output, mask); evaluation (set_train(False)) skips it.
+        make = f"ops.Dropout({1.0 - op.setting('p')!r}).shard({op.strategy('x')})"
+        return Snippet(make, f"self.{op.name}({x})[0] if self.training else {x}")
 
     def saves(self, node, inputs, output, ctx):
         if not node.args.get("p"):
@@ -85,6 +116,7 @@ class _Binary(OpDef):
     """`a + b`, `a * b`; a constant operand is an arg `const`, not an input."""
 
     symbol = "+"
+    primitive = "Add"
 
     def shape(self, node, inputs, ctx):
         if len(inputs) == 1:
@@ -105,6 +137,17 @@ class _Binary(OpDef):
         out = out_declared(node, len(out_shape)) or align(widest.split, out_shape)
         return Layout(inputs=tuple(align(out, t.shape) for t in inputs), output=out)
 
+    def strategies(self, node, layout, ctx):
+        # A constant operand (always the last input) is a scalar tensor: `()`.
+        const = ((),) if "const" in node.args else ()
+        return (("x", tuple(factors(s, ctx) for s in layout.inputs) + const),)
+
+    def code(self, op, model):
+        return Snippet(
+            f"ops.{self.primitive}().shard({op.strategy('x')})",
+            f"self.{op.name}({call_args(*op.inputs)})",
+        )
+
 
 class Add(_Binary):
     name = "add"
@@ -118,6 +161,7 @@ class Add(_Binary):
 class Mul(_Binary):
     name = "mul"
     symbol = "*"
+    primitive = "Mul"
     args = (Arg("a", "tensor"), Arg("b", "tensor"))
 
     def saves(self, node, inputs, output, ctx):

@@ -10,8 +10,11 @@ from msgen.ops.base import (
     OpDef,
     Param,
     Saved,
+    Snippet,
     Work,
+    call_args,
     declared,
+    factors,
     out_declared,
     partial_sum,
     tensor_bytes,
@@ -23,6 +26,22 @@ class Embedding(OpDef):
     name = "embedding"
     args = (Arg("tokens", "tensor"), Arg("vocab", "int"), Arg("hidden", "int"))
     params = ("table",)
+    helpers = ("embedding",)
+    inits = {"table": "normal"}
+    decays = frozenset({"table"})
+
+    def strategies(self, node, layout, ctx):
+        table = factors(layout.params[0].split, ctx)
+        return (("gather", (table, factors(layout.inputs[0], ctx))),)
+
+    def code(self, op, model):
+        (table,) = op.params
+        vocab, hidden = table.shape
+        return Snippet(
+            f"Embedding({vocab}, {hidden}, gather={op.strategy('gather')})",
+            f"self.{op.name}({call_args(*op.inputs)})",
+            "embedding",
+        )
 
     def shape(self, node, inputs, ctx):
         return inputs[0] + (node.args["hidden"],)
@@ -54,6 +73,17 @@ class Positions(OpDef):
     name = "positions"
     args = (Arg("seq", "int"), Arg("hidden", "int"))
     params = ("table",)
+    helpers = ("positions",)
+    inits = {"table": "normal"}
+    decays = frozenset({"table"})
+
+    def strategies(self, node, layout, ctx):
+        return ()
+
+    def code(self, op, model):
+        (table,) = op.params
+        seq, hidden = table.shape
+        return Snippet(f"Positions({seq}, {hidden})", f"self.{op.name}()", "positions")
 
     def shape(self, node, inputs, ctx):
         return (node.args["seq"], node.args["hidden"])

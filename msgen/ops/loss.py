@@ -4,12 +4,38 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.ops.base import Arg, Collective, Layout, OpDef, OpError, Saved, Work, tensor_bytes
+from msgen.ops.base import (
+    Arg,
+    Collective,
+    Layout,
+    OpDef,
+    OpError,
+    Saved,
+    Snippet,
+    Work,
+    factors,
+    tensor_bytes,
+)
 
 
 class CrossEntropy(OpDef):
     name = "cross_entropy"
     args = (Arg("logits", "tensor"), Arg("tokens", "tensor"))
+    helpers = ("cross_entropy",)
+
+    def strategies(self, node, layout, ctx):
+        sb, ss, sv = factors(layout.inputs[0], ctx)
+        return (("logits", ((sb * ss, sv),)),)
+
+    def code(self, op, model):
+        logits, tokens = op.inputs
+        # The spec names the network input; the target of position i is labels[i].
+        labels = "labels" if tokens == model.network.input else tokens
+        return Snippet(
+            f"CrossEntropy({op.strategy('logits')})",
+            f"self.{op.name}({logits}, {labels})",
+            "cross_entropy",
+        )
 
     def shape(self, node, inputs, ctx):
         logits, tokens = inputs

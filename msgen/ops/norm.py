@@ -8,7 +8,9 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Param,
+    Snippet,
     declared,
+    factors,
     out_declared,
     replace_last,
     saved_operand,
@@ -17,6 +19,16 @@ from msgen.ops.base import (
 
 class _Norm(OpDef):
     weights: tuple[str, ...] = ()
+    cell = ""  # the helper cell's class
+
+    def settings(self, node, ctx):
+        return {"eps": float(self.arg(node, "eps"))}
+
+    def code(self, op, model):
+        (x,) = op.inputs
+        (hidden,) = op.params[0].shape
+        make = f"{self.cell}({hidden}, eps={op.setting('eps')!r}, norm={op.strategy('norm')})"
+        return Snippet(make, f"self.{op.name}({x})", self.name)
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs
@@ -54,6 +66,12 @@ class LayerNorm(_Norm):
     args = (Arg("x", "tensor"), Arg("eps", "float", 1e-5, within="(0, inf)"))
     params = ("gamma", "beta")
     weights = ("gamma", "beta")
+    inits = {"gamma": "ones", "beta": "zeros"}
+    helpers = ("layernorm",)
+    cell = "LayerNorm"
+
+    def strategies(self, node, layout, ctx):
+        return (("norm", (factors(layout.inputs[0], ctx), (1,), (1,))),)
 
 
 class RmsNorm(_Norm):
@@ -61,3 +79,9 @@ class RmsNorm(_Norm):
     args = (Arg("x", "tensor"), Arg("eps", "float", 1e-6, within="(0, inf)"))
     params = ("gamma",)
     weights = ("gamma",)
+    inits = {"gamma": "ones"}
+    helpers = ("rmsnorm",)
+    cell = "RMSNorm"
+
+    def strategies(self, node, layout, ctx):
+        return (("norm", (factors(layout.inputs[0], ctx),)),)

@@ -152,3 +152,6 @@ class Module(Node):
     version: Version | None
     blocks: tuple[Block, ...] = ()
     comments: tuple[tuple[int, str], ...] = field(default=())  # (line, text), for fmt
+    # (line, column, text) of every other token but newlines, from the lexer: for fmt,
+    # which finds there the brackets the tree does not record
+    tokens: tuple[tuple[int, int, str], ...] = field(default=())

@@ -7,6 +7,8 @@ import math
 import os
 import stat
 import sys
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,6 +88,7 @@ class _Statements:
     always_accept = ("_NL",)
 
     def process(self, stream):
+        tokens = _COLLECTED.get().tokens
         operators = [0]  # per open bracket (and the statement): operators in its item
         nesting = 0  # open brackets plus all of `operators`
         last = None
@@ -118,12 +121,30 @@ class _Statements:
                     )
                 )
             last = tok
+            if tok.type != "_NL":
+                tokens.append((tok.line, tok.column, str(tok)))
             yield tok
         if last is not None and last.type != "_NL":
             yield Token.new_borrow_pos("_NL", "\n", last)
 
 
-_comments: list[tuple[int, str]] = []
+@dataclass
+class _Collected:
+    """What the lexer gives beside the tree: the comments (ignored by the grammar) and
+    every other token but newlines, in source order."""
+
+    comments: list[tuple[int, str]] = field(default_factory=list)
+    tokens: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+# The one cached parser's lexer callback and post-lexer write to the collector of
+# the parse in progress: a context variable, so parsing is reentrant and thread-safe.
+_COLLECTED: ContextVar[_Collected] = ContextVar("msgen_parse")
+
+
+def _comment(tok: Token) -> Token:
+    _COLLECTED.get().comments.append((tok.line, str(tok)))
+    return tok
 
 
 @lru_cache(maxsize=1)
@@ -136,7 +157,7 @@ def _parser() -> Lark:
         postlex=_Statements(),
         propagate_positions=True,
         maybe_placeholders=False,
-        lexer_callbacks={"COMMENT": lambda tok: _comments.append((tok.line, str(tok)))},
+        lexer_callbacks={"COMMENT": _comment},
         cache=True,
     )
 
@@ -394,7 +415,8 @@ def _rejected(exc: _Rejected, file: str) -> Diagnostic:
 def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diagnostic]]:
     """Parse a whole spec. Returns the module, or None and the syntax error."""
     parser = _parser()
-    _comments.clear()
+    collected = _Collected()
+    context = _COLLECTED.set(collected)
     if not text.endswith("\n"):
         text += "\n"
     if "\r" in text and (cr := _lone_cr(text, file)) is not None:
@@ -411,6 +433,14 @@ def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diag
             return None, [_rejected(exc.orig_exc, file)]
         raise
     finally:
-        comments = tuple(_comments)
-        _comments.clear()
-    return ast.Module(module.span, module.version, module.blocks, comments), []
+        _COLLECTED.reset(context)
+    return (
+        ast.Module(
+            module.span,
+            module.version,
+            module.blocks,
+            tuple(collected.comments),
+            tuple(collected.tokens),
+        ),
+        [],
+    )

@@ -11,13 +11,11 @@ import difflib
 import hashlib
 import json
 import os
-import signal
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from msgen.commands.files import STAGED, interrupts_deferred, new_file_mode, stage
 from msgen.emit import MANIFEST
-from msgen.files import STAGED, new_file_mode, stage
 
 HEADER_MARK = "@generated spec-sha256="
 
@@ -172,23 +170,6 @@ def _make_folders(folder: Path, parent: Path) -> list[Path]:
     return made
 
 
-@contextmanager
-def _interrupts_deferred():
-    """Ctrl-C while the new tree is switched in takes effect after it is."""
-    caught = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
-    except ValueError:  # not the main thread: signals go elsewhere anyway
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught and callable(previous):
-            previous(*caught[0])
-
-
 def _switch(folder: Path, staged: dict[str, Path], removed: list[str]) -> None:
     """Move the staged files into place and the removed ones out, all or none: each
     old file is set aside first, and put back if a rename fails."""
@@ -266,7 +247,7 @@ def write_tree(folder: Path, files: dict[str, str], force: bool = False) -> Chan
             path = folder / rel
             made += _make_folders(folder, path.parent)
             staged[rel] = stage(path, files[rel], new_file_mode(executable=rel.endswith(".sh")))
-        with _interrupts_deferred():
+        with interrupts_deferred():
             _switch(folder, staged, removed)
     except BaseException:
         for tmp in staged.values():

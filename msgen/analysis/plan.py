@@ -13,13 +13,19 @@ from functools import cached_property
 from itertools import accumulate
 from math import prod
 
-from msgen.checks.facts import Facts, GraphFacts
-from msgen.checks.pipeline import balanced_split
-from msgen.globs import glob_runs
+from msgen.analysis.facts import Facts, GraphFacts
+from msgen.analysis.globs import glob_runs
 from msgen.ir.models import FusionGroup, OpNode, Spec
+from msgen.ir.schema import Schedule
 from msgen.ops.base import Param
 
 DEFAULT_FUSION_ID = 1  # MindSpore's default group keeps what no fusion group takes
+
+
+def balanced_split(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per stage, balanced: the first (layers mod stages) take one more."""
+    base, extra = divmod(layers, stages)
+    return tuple(base + (1 if s < extra else 0) for s in range(stages))
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ class Plan:
         """Model chunks (virtual stages, MindSpore's pipeline segments) per stage:
         N for `interleaved(chunks = N)` over pp > 1 stages, else 1."""
         pipe = self.spec.pipeline
-        if self.stages > 1 and pipe.schedule == "interleaved":
+        if self.stages > 1 and pipe.schedule == Schedule.INTERLEAVED:
             return max(1, pipe.chunks)
         return 1
 

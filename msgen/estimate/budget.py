@@ -8,14 +8,12 @@ headroom is warning MSL402. A budget above what the device can give is MSL403.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from msgen.checks.facts import Facts
+from msgen.analysis.facts import Facts
+from msgen.analysis.plan import Plan
 from msgen.diagnostics import Diagnostic, Span, error, warning
+from msgen.estimate.memory import Estimate, StageMemory, budget_of, estimate
+from msgen.estimate.report import breakdown, gib, signed_gib
 from msgen.ir.models import Spec
-
-if TYPE_CHECKING:
-    from msgen.estimate.memory import Estimate, StageMemory
 
 
 def budget_span(spec: Spec) -> Span:
@@ -26,11 +24,6 @@ def budget_span(spec: Spec) -> Span:
 
 
 def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
-    # imported here: msgen.estimate imports msgen.checks.facts, which loads this package
-    from msgen.estimate.memory import budget_of, estimate
-    from msgen.estimate.report import breakdown, gib
-    from msgen.plan import Plan
-
     budget, _ = budget_of(spec)
     if budget is None:
         return []
@@ -85,8 +78,8 @@ def beyond_device(spec: Spec, budget: int) -> Diagnostic | None:
     """MSL403 when the written budget is more than the device can give (its memory
     less the runtime's reserve): a fit against it would promise memory that is not
     there."""
-    from msgen.estimate.devices import DEVICES
     from msgen.estimate.report import gib
+    from msgen.ir.devices import DEVICES
 
     device = DEVICES.get(spec.cluster.device)
     if device is None or budget <= device.usable_bytes:
@@ -105,8 +98,6 @@ def beyond_device(spec: Spec, budget: int) -> Diagnostic | None:
 def change_effect(stage: StageMemory, before: Estimate, after: Estimate) -> str:
     """What a change does to an over-budget stage: that stage's new total while
     the pipeline keeps its depth, else the fullest stage of the new pipeline."""
-    from msgen.estimate.report import gib, signed_gib
-
     if len(after.stages) == len(before.stages):
         new = after.stages[stage.stage].total_bytes
         return f"stage {stage.stage} {signed_gib(new - stage.total_bytes)} GiB, to {gib(new)} GiB"

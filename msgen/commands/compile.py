@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.compiler import display_path
-from msgen.emit import emit, notes
-from msgen.emit.output import (
+from msgen.analysis.plan import build_plan
+from msgen.commands.status import EXIT_OK, EXIT_STALE, EXIT_USAGE
+from msgen.commands.tree import (
     DamagedManifest,
     EditedByHand,
     InTheWay,
@@ -16,18 +17,26 @@ from msgen.emit.output import (
     diff_tree,
     write_tree,
 )
-from msgen.plan import build_plan
+from msgen.compiler import display_path
+from msgen.emit import emit, notes
 
-EXIT_OK, EXIT_USAGE, EXIT_STALE = 0, 2, 3
+
+@dataclass(frozen=True)
+class CompileOptions:
+    spec: Path
+    output: Path
+    check: bool = False
+    force: bool = False
 
 
-def compile_command(result, args) -> int:
+def compile_command(result, options: CompileOptions) -> int:
     plan = build_plan(result.spec, result.facts)
-    files = emit(plan, display_path(Path(args.file)))
-    out = Path(args.output)
+    # headers name the spec relative to the current folder (result.file is its label)
+    files = emit(plan, display_path(options.spec))
+    out = options.output
     folder = out / result.spec.model.name
     label = (out / result.spec.model.name).as_posix()
-    if args.check:
+    if options.check:
         diff = diff_tree(folder, files, label)
         if diff:
             sys.stdout.write(diff)
@@ -35,7 +44,7 @@ def compile_command(result, args) -> int:
             return EXIT_STALE
         return EXIT_OK
     try:
-        change = write_tree(folder, files, force=args.force)
+        change = write_tree(folder, files, force=options.force)
     except NotOurs as exc:
         sys.stderr.write(
             f"msgen: error: refusing to overwrite files msgen did not write in {label}: "

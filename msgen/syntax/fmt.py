@@ -53,26 +53,16 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import difflib
-import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from msgen.diagnostics import Span
-from msgen.syntax import ast, parse, read_source
+from msgen.syntax import ast, parse
 
 INDENT = 4
 # Operator precedence, loosest first; atoms bind tightest.
 PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}
 NEG_PREC = 3
 ATOM_PREC = 4
-
-
-# The source's tokens, as far as fmt needs them: a string, or any other character
-# that is not blank, a comment or a backslash continuation (comments are cut off
-# before the line is scanned).
-TOKEN = re.compile(r'"[^"]*"|[^\s"\\]')
 
 
 class FormatError(Exception):
@@ -369,15 +359,12 @@ class _Formatter:
     # the brackets the tree does not record
 
     def scan(self) -> None:
-        """Tokenize the source (`self.tokens`, with their `self.starts`), match its
+        """Take the lexer's tokens (`self.tokens`, with their `self.starts`), match their
         brackets (`self.match`, both ways) and find the `(` of every call and repeat
         (`self.calls`): every other `(` is a parenthesis the parser dropped."""
-        for number, src in enumerate(self.lines, 1):
-            comment = self.comments.get(number)
-            code = src if comment is None else src[: comment.col]
-            for m in TOKEN.finditer(code):
-                self.tokens.append((number, m.group()))
-                self.starts.append((number, m.start() + 1))
+        for line, col, text in self.module.tokens:
+            self.tokens.append((line, text))
+            self.starts.append((line, col))
         stack: list[int] = []
         for i, (_, tok) in enumerate(self.tokens):
             if tok in ("(", "[", "{"):
@@ -642,7 +629,7 @@ def _strip(obj):
         return (type(obj).__name__,) + tuple(
             _strip(getattr(obj, f.name))
             for f in dataclasses.fields(obj)
-            if f.name not in ("span", "comments")
+            if f.name not in ("span", "comments", "tokens")
         )
     if isinstance(obj, tuple | list):
         return tuple(_strip(x) for x in obj)
@@ -659,52 +646,3 @@ def _verify(before: ast.Module, text: str, file: str) -> None:
     new = [t for _, t in after.comments]
     if old != new:
         raise FormatError(f"the formatted {file} lost or reordered comments")
-
-
-# The command -----------------------------------------------------------------
-
-
-def fmt_command(args) -> int:
-    """`msgen fmt [--check] FILE...`: all or nothing, like compile: a syntax error in
-    any file, and no file is touched."""
-    from msgen.cli import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
-    from msgen.compiler import spec_label
-    from msgen.files import write_file
-    from msgen.report import render, sort_key
-
-    paths = [Path(f) for f in args.files]
-    for path, name in zip(paths, args.files):
-        if not path.is_file():
-            raise UsageError(f"no such spec file: {name}")
-    results = []
-    failed = False
-    for path, name in zip(paths, args.files):
-        try:
-            # As compile reads it; a CRLF file must show up as changed.
-            text = read_source(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {name}: {exc}") from exc
-        out, diags = format_text(text, spec_label(path))
-        if out is None:
-            sys.stderr.write(render(sorted(diags, key=sort_key), "text", {spec_label(path): text}))
-            failed = True
-        results.append((path, name, text, out))
-    if failed:
-        return EXIT_ERRORS
-    changed = [(path, name, text, out) for path, name, text, out in results if out != text]
-    for path, name, text, out in changed:
-        if args.check:
-            sys.stderr.write(f"would reformat {name}\n")
-            diff = difflib.unified_diff(
-                text.splitlines(keepends=True),
-                out.splitlines(keepends=True),
-                fromfile=name,
-                tofile=f"{name} (formatted)",
-            )
-            sys.stdout.write("".join(d if d.endswith("\n") else d + "\n" for d in diff))
-        else:
-            write_file(path, out)
-            sys.stderr.write(f"reformatted {name}\n")
-    if args.check and changed:
-        return EXIT_STALE
-    return EXIT_OK

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from msgen.diagnostics import Span
 from msgen.ir.models import Graph, OpNode, Spec
+from msgen.ir.schema import DTYPE_BYTES
 from msgen.ops.base import Context, Layout, Param, Saved, Tensor
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 TOKEN_BYTES = 4  # token ids are int32
 
 

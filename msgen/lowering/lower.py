@@ -16,47 +16,27 @@ from pathlib import Path
 
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, format_bytes, warning
 from msgen.ir import models as ir
-from msgen.ir.evaluate import UNIT_BYTES, Evaluator
+from msgen.ir.schema import (
+    BLOCK_KINDS,
+    EVAL_EVERY,
+    KEYS,
+    MODEL_KEYS,
+    MODEL_REQUIRED,
+    REQUIRED,
+    REQUIRED_BLOCKS,
+    Dtype,
+    FusionKind,
+    LossScale,
+    RecomputeMode,
+    Schedule,
+)
+from msgen.lowering.evaluate import UNIT_BYTES, Evaluator
 from msgen.ops import OPERATORS, OPS
-from msgen.ops.base import REQUIRED
 from msgen.syntax import ast
 from msgen.syntax.parser import read_regular
 
-DTYPES = ("fp32", "fp16", "bf16")
 HCCN_LIMIT = 2**20  # an hccn.conf for 16 NPUs is under 2 KiB
-REQUIRED_BLOCKS = ("model", "cluster", "mesh", "network", "train")
-SINGLE_BLOCKS = (
-    "model",
-    "cluster",
-    "mesh",
-    "network",
-    "recompute",
-    "pipeline",
-    "fusion",
-    "train",
-    "budget",
-)
-BLOCK_KINDS = SINGLE_BLOCKS + ("layer",)
-MODEL_REQUIRED = ("vocab", "hidden", "heads", "layers", "seq")
-# The model keys msgen reads by name; any other name in `model` is a free dim.
-MODEL_KEYS = MODEL_REQUIRED + ("ffn", "kv_heads", "head_dim", "dtype", "param_dtype")
-FUSION_KINDS = ("allreduce", "allgather", "reducescatter")
-
-# Steps between validations when the data names a valid set and eval_every is not
-# written: Megatron-LM's --eval-interval default.
-EVAL_EVERY = 1000
-
-KEYS = {
-    "cluster": {"device": True, "per_node": True, "nodes": True, "device_ips": False,
-                "master_port": False},
-    "mesh": {"dp": True, "tp": True, "pp": False},
-    "pipeline": {"micro_batches": False, "schedule": False, "split": False},
-    "train": {"micro_batch": True, "global_batch": True, "optimizer": True, "schedule": True,
-              "zero": False, "loss_scale": False, "grad_clip": False, "master_weights": False,
-              "grad_dtype": False, "checkpoint": False, "data": False, "seed": False,
-              "log_every": False, "scaled_init": False, "eval_every": False},
-    "budget": {"device_memory": False},
-}  # fmt: skip
+DTYPES = tuple(Dtype)
 
 
 class Lowering:
@@ -344,7 +324,7 @@ class Lowering:
                 values[key] = self.call(v, key, ev)
             elif key == "loss_scale":
                 if isinstance(v, ast.Name):
-                    values[key] = self.name_value(stmt, ("dynamic", "none"))
+                    values[key] = self.name_value(stmt, tuple(LossScale))
                 else:
                     n = ev.number(v)
                     values[key] = None if n is None else str(n)
@@ -536,8 +516,8 @@ class Lowering:
                 call = self.call(v, key, ev)
                 if call is None:
                     continue
-                if call.name not in ("1f1b", "gpipe", "interleaved") or (
-                    call.name != "interleaved" and call.args
+                if call.name not in tuple(Schedule) or (
+                    call.name != Schedule.INTERLEAVED and call.args
                 ):
                     self.err(
                         "MSL315",
@@ -547,7 +527,7 @@ class Lowering:
                     )
                     continue
                 values["schedule"] = call.name
-                if call.name == "interleaved":
+                if call.name == Schedule.INTERLEAVED:
                     chunks = call.args.get("chunks")
                     if not isinstance(chunks, int) or chunks < 1 or set(call.args) != {"chunks"}:
                         self.err(
@@ -594,7 +574,7 @@ class Lowering:
             if layer in out:
                 self.err("MSL102", f"recompute of `{layer}` is set twice", stmt.target.span)
                 continue
-            if isinstance(v, ast.Name) and v.name in ("full", "none"):
+            if isinstance(v, ast.Name) and v.name in (RecomputeMode.FULL, RecomputeMode.NONE):
                 out[layer] = ir.Recompute(span=stmt.span, layer=layer, mode=v.name)
             elif (
                 isinstance(v, ast.Call)
@@ -604,7 +584,9 @@ class Lowering:
                 and all(isinstance(a, ast.Name) for a in v.args)
             ):
                 ops = tuple(ir.TensorRef(span=a.span, name=a.name) for a in v.args)
-                out[layer] = ir.Recompute(span=stmt.span, layer=layer, mode="select", ops=ops)
+                out[layer] = ir.Recompute(
+                    span=stmt.span, layer=layer, mode=RecomputeMode.SELECT, ops=ops
+                )
             else:
                 self.err(
                     "MSL509",
@@ -623,12 +605,13 @@ class Lowering:
                 )
                 continue
             kind, name = stmt.kind.name, stmt.name.name
-            if kind not in FUSION_KINDS:
+            if kind not in tuple(FusionKind):
                 self.err(
                     "MSL104",
                     f"unknown fusion kind `{kind}`",
                     stmt.kind.span,
-                    did_you_mean(kind, FUSION_KINDS) or f"one of: {', '.join(FUSION_KINDS)}",
+                    did_you_mean(kind, tuple(FusionKind))
+                    or f"one of: {', '.join(tuple(FusionKind))}",
                 )
                 continue
             if name in names:

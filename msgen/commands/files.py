@@ -5,8 +5,10 @@ regular file (never a device, a FIFO or a folder)."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 STAGED = ".msgen-new"  # the suffix of a staged file; a run that dies leaves it behind
@@ -55,3 +57,20 @@ def write_file(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def interrupts_deferred():
+    """Ctrl-C while files are switched into place takes effect after they are."""
+    caught = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+    except ValueError:  # not the main thread: signals go elsewhere anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(*caught[0])
