@@ -46,8 +46,9 @@ def rope(x, theta=10000.0):
     return x * np.cos(angles) + rotated * np.sin(angles)
 
 
-def attention(qkv, heads, groups, hd, causal, use_rope):
-    """qkv laid out per kv group: the group's query heads, then its k, then its v."""
+def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=None):
+    """qkv laid out per kv group: the group's query heads, then its k, then its v;
+    `window`: each position sees itself and the window - 1 before it."""
     b, s, _ = qkv.shape
     per = heads // groups
     t = qkv.reshape(b, s, groups, per + 2, hd)
@@ -55,12 +56,15 @@ def attention(qkv, heads, groups, hd, causal, use_rope):
     k = t[:, :, :, per, :].transpose(0, 2, 1, 3)  # [b, groups, s, hd]
     v = t[:, :, :, per + 1, :].transpose(0, 2, 1, 3)
     if use_rope:
-        q, k = rope(q), rope(k)
+        q, k = rope(q, theta), rope(k, theta)
     k = np.repeat(k, per, axis=1)  # query head h uses group h // per
     v = np.repeat(v, per, axis=1)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)
     if causal:
-        scores = np.where(np.tril(np.ones((s, s), bool)), scores, -np.inf)
+        seen = np.tril(np.ones((s, s), bool))
+        if window:
+            seen &= ~np.tril(np.ones((s, s), bool), -window)
+        scores = np.where(seen, scores, -np.inf)
     scores = scores - scores.max(-1, keepdims=True)
     probs = np.exp(scores)
     probs /= probs.sum(-1, keepdims=True)
@@ -125,6 +129,8 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
                 head_dim(node, ctx),
                 args.get("causal", False),
                 args.get("rope", False),
+                args.get("rope_theta", 10000.0),
+                args.get("window"),
             )
         elif kind == "cross_entropy":
             out = cross_entropy(ins[0], labels)

@@ -34,8 +34,16 @@ def test_causal_flash_attention_runs_the_band_on_ascend(monkeypatch, name):
         assert cell.flash and cell.causal
         attrs = cell.attend.attrs
         # sparse_mode 2 (leftUpCausal): the kernel skips the blocks above the diagonal;
-        # the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute them.
-        assert attrs["sparse_mode"] == 2 and attrs["next_tokens"] == 0
+        # the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute them. A
+        # sliding window (tiny_mixed: 24) is the band mode, sparse_mode 4, the window - 1
+        # keys before each query and none after.
+        window = plan(name).spec.layers["block" if name == "tiny_mixed" else "decoder"]
+        window = next(n.args.get("window") for n in window.ops if n.kind == "attention")
+        if window:
+            assert (attrs["sparse_mode"], attrs["pre_tokens"]) == (4, window - 1)
+        else:
+            assert attrs["sparse_mode"] == 2
+        assert attrs["next_tokens"] == 0
         mask = cell.flash_mask.asnumpy()
         assert mask.dtype == np.uint8
         assert (mask == np.triu(np.ones((2048, 2048), np.uint8), 1)).all()

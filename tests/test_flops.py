@@ -94,3 +94,16 @@ def test_specs_tokens_and_flops():
     plan = Plan(result.spec, result.facts)
     assert tokens_per_step(plan) == 256 * 2048
     assert step_flops(plan).model == eq7(256, 32, 2048, 4096, 50304)
+
+
+def test_a_sliding_window_scores_only_its_band():
+    """window_cells counts the (query, key) pairs a window of W sees, which the flash
+    kernel's band mode computes (model FLOPs still count every pair)."""
+    import numpy as np
+
+    from msgen.ops.attention import window_cells
+
+    for seq, window in ((8, 1), (8, 3), (8, 8), (8, 20), (4096, 1024)):
+        query, key = np.ogrid[:seq, :seq]
+        seen = (key <= query) & (query - key < window)
+        assert window_cells(seq, window) == int(seen.sum()), (seq, window)

@@ -325,23 +325,29 @@ def wrong_groups(attention, qkv, heads, groups, hd, causal, use_rope):
         ("tiny_llama", "rope"),
         ("tiny_llama", "groups"),
         ("tiny_mixed", "rope"),
+        ("tiny_mixed", "rope_theta"),
+        ("tiny_mixed", "window"),
     ],
 )
 def test_the_reference_comparison_sees_each_feature(forward, monkeypatch, name, change):
     """The comparison above is not vacuous: the reference with one attention feature
-    changed (no causal mask, no rope, query heads given to the wrong kv group) is far
-    from MindSpore's loss."""
+    changed (no causal mask, no rope, rope's default base, no sliding window, query
+    heads given to the wrong kv group) is far from MindSpore's loss."""
     loss, params, tokens, labels = forward[name]
     attention = ref.attention
 
-    def altered(qkv, heads, groups, hd, causal, use_rope):
+    def altered(qkv, heads, groups, hd, causal, use_rope, theta, window):
         if change == "causal":
             causal = not causal
         elif change == "rope":
             use_rope = not use_rope
+        elif change == "rope_theta":
+            theta = 10000.0
+        elif change == "window":
+            window = None
         else:
             return wrong_groups(attention, qkv, heads, groups, hd, causal, use_rope)
-        return attention(qkv, heads, groups, hd, causal, use_rope)
+        return attention(qkv, heads, groups, hd, causal, use_rope, theta, window)
 
     monkeypatch.setattr(ref, "attention", altered)
     expected = ref.forward_loss(plan(name), params, tokens, labels)

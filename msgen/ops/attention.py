@@ -1,4 +1,5 @@
-"""`attention(qkv, heads, kv_heads, causal, rope, flash, dropout)` over a fused QKV.
+"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, window, flash, dropout)`
+over a fused QKV.
 
 qkv is [batch, seq, (heads + 2 * kv_heads) * head_dim], laid out per kv group
 (its query heads, then its k, then its v), so a split of the last dim splits
@@ -32,6 +33,13 @@ def kv_heads(node) -> int:
     return node.args.get("kv_heads") or node.args["heads"]
 
 
+def window_cells(seq: int, window: int) -> int:
+    """Query-key pairs a sliding-window attention scores: each position sees itself
+    and the `window - 1` before it."""
+    w = min(window, seq)
+    return w * seq - w * (w - 1) // 2
+
+
 class Attention(OpDef):
     name = "attention"
     args = (
@@ -40,6 +48,8 @@ class Attention(OpDef):
         Arg("kv_heads", "int", None),
         Arg("causal", "bool", False),
         Arg("rope", "bool", False),
+        Arg("rope_theta", "float", 10000.0, within="(0, inf)"),
+        Arg("window", "int", None),
         Arg("flash", "bool", False),
         Arg("dropout", "float", 0.0, within="[0, 1)"),
     )
@@ -58,6 +68,8 @@ class Attention(OpDef):
             "head_dim": head_dim(node, ctx),
             "causal": self.arg(node, "causal"),
             "rope": self.arg(node, "rope"),
+            "rope_theta": float(self.arg(node, "rope_theta")),
+            "window": node.args.get("window"),
             "flash": self.arg(node, "flash"),
             "p": float(self.arg(node, "dropout")),
         }
@@ -68,7 +80,8 @@ class Attention(OpDef):
         flash = ", flash=True" if s("flash") else ""
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
-            f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, p={s('p')!r}, "
+            f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
+            f"rope_theta={s('rope_theta')!r}, window={s('window')}, p={s('p')!r}, "
             f"scores={op.strategy('scores')}{flash})"
         )
         return Snippet(make, f"self.{op.name}({qkv})", "attention")
@@ -81,6 +94,14 @@ class Attention(OpDef):
         if heads % groups:
             raise OpError(
                 "MSL119", f"heads = {heads} is not a multiple of kv_heads = {groups}", "kv_heads"
+            )
+        window = node.args.get("window")
+        if window is not None and not (node.args.get("causal") and 0 < window):
+            raise OpError(
+                "MSL119",
+                f"window = {window} needs causal = true and a positive size",
+                "window",
+                "a sliding window lets each position see itself and the window - 1 before it",
             )
         hd = head_dim(node, ctx)
         if hd <= 0:
@@ -157,7 +178,11 @@ class Attention(OpDef):
             io += 2 * tensor_bytes(qkv)  # q and k rotated: read and written
         item = ctx.dtype_bytes
         if node.args.get("flash"):
-            kernel = flops // 2 if node.args.get("causal") else flops
+            kernel = flops
+            if node.args.get("window"):  # the band: each row scores `window` keys at most
+                kernel = flops * window_cells(s, node.args["window"]) // (s * s)
+            elif node.args.get("causal"):
+                kernel = flops // 2
             return Work(flops, kernel, io + b * node.args["heads"] * s * 4)  # + fp32 lse
         through_memory = scores * 4 * item
         if node.args.get("dropout"):
