@@ -45,19 +45,27 @@ def environment() -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GLOG_v": "3"}
 
 
-def msrun(folder: Path, output: str, *args: str) -> None:
-    """launch/msrun.sh 0 on this host, a free port, as a user would run it."""
+def msrun(folder: Path, cwd: Path, output: Path, *args: str) -> subprocess.Popen:
+    """launch/msrun.sh 0 from `cwd` (its logs go to cwd/output/msrun_log) on this host
+    and a free port, as a user would run it; two runs side by side do not collide."""
     env = {**environment(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    cmd = ["bash", "launch/msrun.sh", "0", "--output", output, *args]
-    result = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    cmd = ["bash", str(folder / "launch" / "msrun.sh"), "0", "--output", str(output), *args]
+    return subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def finish(proc: subprocess.Popen, cwd: Path) -> None:
+    out, _ = proc.communicate(timeout=600)
     logs = "".join(
         f"--- {log.name}\n{log.read_text()[-3000:]}"
-        for log in sorted((folder / "output" / "msrun_log").glob("worker_*.log"))
+        for log in sorted((cwd / "output" / "msrun_log").glob("worker_*.log"))
     )
-    assert result.returncode == 0, f"msrun {' '.join(args)} failed:\n{result.stdout[-2000:]}{logs}"
+    assert proc.returncode == 0, f"{' '.join(proc.args)} failed:\n{out[-2000:]}{logs}"
 
 
 def standalone(folder: Path, output: str, *args: str) -> subprocess.Popen:
+    """train.py --standalone, its output in folder/output."""
     cmd = [sys.executable, "train.py", "--standalone", "--output", output, *args]
     return subprocess.Popen(
         cmd,
@@ -98,20 +106,23 @@ def runs(tmp_path_factory) -> Path:
         writer.commit()
 
     steps = ("--steps", str(STEPS))
-    alone = [
-        standalone(folder, "alone_synthetic", "--synthetic", *steps),
-        standalone(folder, "alone_data", *steps),
+    # All at once (the CPU is idle for much of an msrun start); the synthetic run from
+    # a folder of its own, so that the two msrun logs do not mix.
+    synthetic = folder / "synthetic_cwd"
+    synthetic.mkdir()
+    started = [
+        (standalone(folder, "alone_synthetic", "--synthetic", *steps), folder),
+        (standalone(folder, "alone_data", *steps), folder),
+        (msrun(folder, synthetic, folder / "msrun_synthetic", "--synthetic", *steps), synthetic),
+        (msrun(folder, folder, folder / "msrun_data", *steps), folder),
     ]
-    msrun(folder, "msrun_synthetic", "--synthetic", *steps)
-    msrun(folder, "msrun_data", *steps)
-    for proc in alone:
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, out[-3000:]
+    for proc, cwd in started:
+        finish(proc, cwd)
     # As if the data run had died after its checkpoint at RESUME_FROM.
     shutil.copytree(folder / "msrun_data", folder / "resumed")
     for rank in (0, 1):
         (folder / "resumed" / f"rank_{rank}" / f"step_{STEPS:08d}.ckpt").unlink()
-    msrun(folder, "resumed", "--resume", *steps)
+    finish(msrun(folder, folder, folder / "resumed", "--resume", *steps), folder)
     return folder
 
 

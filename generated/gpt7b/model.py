@@ -96,9 +96,9 @@ def lazy_inline_on_ascend(init):
 
 
 @cache
-def rope_tables(seq, head_dim, repeat):
-    """cos and sin of rotate-half rope (theta 10000) for `repeat` stacked copies of seq."""
-    inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+def rope_tables(seq, head_dim, repeat, theta):
+    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq."""
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
     # fp32: in bf16 the angles of late positions lose their low bits
@@ -109,9 +109,12 @@ def rope_tables(seq, head_dim, repeat):
 
 
 @cache
-def causal_mask(seq, repeat):
-    """Additive mask, -1e9 above the diagonal, for `repeat` stacked copies of seq query rows."""
-    mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
+def causal_mask(seq, repeat, window):
+    """Additive mask for `repeat` stacked copies of seq query rows: -1e9 above the
+    diagonal, and with a sliding `window` also `window` or more positions below it."""
+    query, key = np.ogrid[:seq, :seq]
+    hidden = (key > query) | ((query - key >= window) if window else False)
+    mask = np.where(hidden, np.float32(-1e9), np.float32(0))
     return Tensor(np.tile(mask, (repeat, 1)))
 
 
@@ -125,7 +128,19 @@ class Attention(nn.Cell):
     `flash`, FlashAttentionScore computes the same thing without the scores tensor.
     """
 
-    def __init__(self, heads, kv_heads, head_dim, seq, causal, rope, p, scores):
+    def __init__(
+        self,
+        heads,
+        kv_heads,
+        head_dim,
+        seq,
+        causal,
+        rope,
+        rope_theta,
+        window,
+        p,
+        scores,
+    ):
         super().__init__()
         dp, tp = scores[0][:2]
         four = (dp, tp, 1, 1)
@@ -142,8 +157,8 @@ class Attention(nn.Cell):
         self.merge_heads = ops.Transpose().shard((five,))
         self.cast = ops.Cast()
         if rope:
-            self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size)
-            self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1)
+            self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size, rope_theta)
+            self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1, rope_theta)
             self.half = ops.StridedSlice().shard((four,))
             self.neg = ops.Neg().shard((four,))
             self.concat = ops.Concat(-1).shard((four, four))
@@ -151,7 +166,7 @@ class Attention(nn.Cell):
             self.rope_add = ops.Add().shard((four, four))
         if causal:
             # For the group_size * seq query rows of a group.
-            self.mask = causal_mask(seq, self.size)
+            self.mask = causal_mask(seq, self.size, window)
             self.add_mask = ops.Add().shard((four, (1, 1)))
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
@@ -351,6 +366,8 @@ class Decoder(nn.Cell):
             seq=2048,
             causal=True,
             rope=False,
+            rope_theta=10000.0,
+            window=None,
             p=0.0,
             scores=((4, 2, 1, 1), (4, 2, 1, 1)),
         )

@@ -62,9 +62,9 @@ def lazy_inline_on_ascend(init):
 
 
 @cache
-def rope_tables(seq, head_dim, repeat):
-    """cos and sin of rotate-half rope (theta 10000) for `repeat` stacked copies of seq."""
-    inv_freq = 10000.0 ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+def rope_tables(seq, head_dim, repeat, theta):
+    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq."""
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
     # fp32: in bf16 the angles of late positions lose their low bits
@@ -75,9 +75,12 @@ def rope_tables(seq, head_dim, repeat):
 
 
 @cache
-def causal_mask(seq, repeat):
-    """Additive mask, -1e9 above the diagonal, for `repeat` stacked copies of seq query rows."""
-    mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
+def causal_mask(seq, repeat, window):
+    """Additive mask for `repeat` stacked copies of seq query rows: -1e9 above the
+    diagonal, and with a sliding `window` also `window` or more positions below it."""
+    query, key = np.ogrid[:seq, :seq]
+    hidden = (key > query) | ((query - key >= window) if window else False)
+    mask = np.where(hidden, np.float32(-1e9), np.float32(0))
     return Tensor(np.tile(mask, (repeat, 1)))
 
 
@@ -99,7 +102,18 @@ class Attention(nn.Cell):
     """
 
     def __init__(
-        self, heads, kv_heads, head_dim, seq, causal, rope, p, scores, flash=False
+        self,
+        heads,
+        kv_heads,
+        head_dim,
+        seq,
+        causal,
+        rope,
+        rope_theta,
+        window,
+        p,
+        scores,
+        flash=False,
     ):
         super().__init__()
         dp, tp = scores[0][:2]
@@ -119,8 +133,8 @@ class Attention(nn.Cell):
         # The fused kernel exists on Ascend only; elsewhere the composed path runs.
         self.flash = flash and ms.get_context("device_target") == "Ascend"
         if rope:
-            self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size)
-            self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1)
+            self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size, rope_theta)
+            self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1, rope_theta)
             self.half = ops.StridedSlice().shard((four,))
             self.neg = ops.Neg().shard((four,))
             self.concat = ops.Concat(-1).shard((four, four))
@@ -128,7 +142,7 @@ class Attention(nn.Cell):
             self.rope_add = ops.Add().shard((four, four))
         if causal and not self.flash:
             # For the group_size * seq query rows of a group.
-            self.mask = causal_mask(seq, self.size)
+            self.mask = causal_mask(seq, self.size, window)
             self.add_mask = ops.Add().shard((four, (1, 1)))
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
@@ -147,7 +161,11 @@ class Attention(nn.Cell):
             # triangle; the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute
             # the masked half too (FlashAttentionScore's docstring, ops/operations/nn_ops.py;
             # mindformers parallel_core/training_graph/transformer/flash_attention.py).
+            # A sliding window is its band mode: sparse_mode 4, the window - 1 keys before
+            # each query (pre_tokens) and none after (next_tokens).
             band = {"next_tokens": 0, "sparse_mode": 2} if causal else {}
+            if window:
+                band = {"pre_tokens": window - 1, "next_tokens": 0, "sparse_mode": 4}
             if causal:
                 strategy += ((1, 1),)
             self.attend = FlashAttentionScore(
@@ -319,6 +337,8 @@ class Decoder(nn.Cell):
             seq=4096,
             causal=True,
             rope=True,
+            rope_theta=10000.0,
+            window=None,
             p=0.0,
             scores=((1, 8, 1, 1), (1, 8, 1, 1)),
             flash=True,
