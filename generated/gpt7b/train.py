@@ -301,9 +301,10 @@ def check_data(path):
         data_error(
             f"{path}: samples have {len(first['input_ids'])} ids; the spec's seq + 1 is {SEQ + 1}"
         )
-    if dataset_size(path) < STEP_ROWS:
+    samples = dataset_size(path)
+    if samples < STEP_ROWS:
         data_error(
-            f"{path} holds {dataset_size(path)} samples, fewer than the {STEP_ROWS} of one step"
+            f"{path} holds {samples} samples, fewer than the {STEP_ROWS} of one step"
         )
     made = Path(path).parent / "dataset.json"
     if not made.is_file():

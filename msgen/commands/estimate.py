@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msgen.analysis.plan import Plan
-from msgen.commands.files import write_file
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError, estimable
+from msgen.commands.files import write_output
+from msgen.commands.status import EXIT_ERRORS, EXIT_OK, estimable
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import estimate
 from msgen.estimate.output import estimate_report
@@ -32,13 +32,7 @@ def write_svg(name: str, spec: Path, svg: str) -> None:
     if name == "-":
         sys.stdout.write(svg)
         return
-    path = Path(name)
-    if path.exists() and spec.exists() and path.samefile(spec):
-        raise UsageError(f"--svg {name} is the spec itself; name another file")
-    try:
-        write_file(path, svg)
-    except OSError as exc:
-        raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from exc
+    write_output("--svg", name, spec, svg)
 
 
 def estimate_command(result, options: EstimateOptions) -> int:

@@ -11,6 +11,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from msgen.commands.status import UsageError
+
 STAGED = ".msgen-new"  # the suffix of a staged file; a run that dies leaves it behind
 
 
@@ -74,3 +76,15 @@ def interrupts_deferred():
         signal.signal(signal.SIGINT, previous)
         if caught and callable(previous):
             previous(*caught[0])
+
+
+def write_output(option: str, name: str, spec: Path, text: str) -> None:
+    """A command's `option FILE`: FILE written as write_file does, never the spec the
+    command read; a failure is a usage error naming the file."""
+    path = Path(name)
+    if path.exists() and spec.exists() and path.samefile(spec):
+        raise UsageError(f"{option} {name} is the spec itself; name another file")
+    try:
+        write_file(path, text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from exc

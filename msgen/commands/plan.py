@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from msgen.commands.files import write_file
+from msgen.commands.files import write_output
 from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError, estimable
 from msgen.estimate.plan_report import describe, render, search_json
 from msgen.estimate.planner import Ranked, search
@@ -51,14 +51,9 @@ def plan_command(result, options: PlanOptions) -> int:
 def write_plan(spec: Path, out: Path, plan: Ranked, force: bool) -> None:
     """The spec with the plan's settings written in, laid out as `msgen fmt` does, into
     `out`: never the spec itself, and an existing file only with --force."""
-    if out.exists() and spec.exists() and out.samefile(spec):
-        raise UsageError(f"--write {out} is the spec itself; name another file")
-    if out.exists() and not force:
+    if out.exists() and not force and not (spec.exists() and out.samefile(spec)):
         raise UsageError(f"--write {out} exists; add --force to replace it")
     text = read_source(spec)
     formatted, _ = format_text(write_settings(text, list(plan.layout.sets), str(spec)), str(out))
-    try:
-        write_file(out, formatted)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    write_output("--write", str(out), spec, formatted)
     print(f"wrote {describe(plan)} to {out}", file=sys.stderr)
