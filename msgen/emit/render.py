@@ -1,7 +1,6 @@
-"""Render model.py and train.py from a ModelContext: jinja2, then black, in-process.
-
-black is imported inside `_format` (and jinja2 by msgen.resources.template) so that
-importing msgen (and `msgen check`) stays fast.
+"""Render model.py and train.py from a ModelContext: jinja2, then black's layout
+(msgen.emit.layout). jinja2 is imported by msgen.resources.template, when something
+is rendered, so that importing msgen (and `msgen check`) stays fast.
 """
 
 from __future__ import annotations
@@ -10,20 +9,15 @@ from typing import Any
 
 from msgen.emit import opcode
 from msgen.emit.context import ModelContext
+from msgen.emit.layout import format_python
 from msgen.ops import OPS
 from msgen.resources import template
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def _format(source: str) -> str:
-    import black
-
-    return black.format_str(source, mode=black.Mode(target_versions={black.TargetVersion.PY311}))
-
-
 def _render(name: str, **values: Any) -> str:
-    return _format(template(name).render(**values))
+    return format_python(template(name).render(**values))
 
 
 def render_model(ctx: ModelContext) -> str:

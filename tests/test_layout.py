@@ -1,0 +1,125 @@
+"""The generated Python is in black's layout without black running at compile time
+(msgen/emit/layout.py): every tree is a fixed point of the pinned black, compiling
+it never imports black, and the splits of the layout module equal black's own on
+statements of the shapes it takes, generated at random."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import black
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msgen.emit.layout import format_python, lay_out
+
+REPO = Path(__file__).resolve().parent.parent
+SPECS = sorted(
+    str(p.relative_to(REPO))
+    for folder in ("specs", "specs/validation", "tests/specs")
+    for p in (REPO / folder).glob("*.msl")
+)
+MODE = black.Mode(target_versions={black.TargetVersion.PY311})
+
+
+def _black(source: str) -> str:
+    return black.format_str(source, mode=MODE)
+
+
+@pytest.fixture(scope="module")
+def trees() -> dict[str, dict]:
+    """Every spec that compiles, emitted in a fresh process: its Python files, and
+    whether black was imported on the way."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        from msgen.analysis.plan import Plan
+        from msgen.compiler import analyze
+        from msgen.emit import emit
+        out = {{}}
+        for spec in {SPECS!r}:
+            result = analyze(Path(spec))
+            if result.ok:
+                files = emit(Plan(result.spec, result.facts), spec)
+                out[spec] = {{f: files[f] for f in ("model.py", "train.py")}}
+        out["black imported"] = "black" in sys.modules
+        print(json.dumps(out))
+        """)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_compiling_every_spec_never_imports_black(trees):
+    assert len(trees) - 1 >= 10  # the specs that compile, and the flag
+    assert trees["black imported"] is False
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_generated_python_is_a_fixed_point_of_black(trees, spec):
+    if spec not in trees:
+        pytest.skip(f"{spec} does not compile (estimate-only)")
+    for name, text in trees[spec].items():
+        assert _black(text) == text, f"{spec}: black would change {name}"
+
+
+def test_a_line_of_another_shape_goes_to_black():
+    source = "x = f(aaaaaaaaaaaaaaaaaaaa)(bbbbbbbbbbbbbbbbbbbbbbbbbb, cccccccccccccccccccccccc, dddddd)\n"
+    assert lay_out(source) is None  # a call on a call: black's trailer rules
+    assert format_python(source) == _black(source)
+
+
+NAMES = st.sampled_from(["x", "self.att", "NO_WEIGHT_DECAY", "step_cell", "first, end"])
+ATOMS = st.one_of(
+    st.integers(0, 10**6).map(str),
+    st.floats(1e-6, 1e4, allow_nan=False).map(repr),
+    st.sampled_from(["None", "True", "network", "MICRO_BATCHES", '"decoder.*.ln1.gamma"']),
+)
+
+
+def _tuple(items: list[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+VALUES = st.recursive(ATOMS, lambda inner: st.lists(inner, min_size=1, max_size=4).map(_tuple))
+ARGS = st.lists(
+    st.tuples(st.sampled_from(["", "heads=", "matmul=", "std=", "scores="]), VALUES).map("".join),
+    min_size=1,
+    max_size=12,
+)
+
+
+ITEMS = st.lists(VALUES, min_size=2, max_size=12).map(", ".join)
+
+
+@st.composite
+def statements(draw) -> str:
+    """Statements of the shapes the templates give long lines: a call (keyword
+    arguments too), a list, a `for` over a tuple, a dict entry."""
+    shape = draw(st.sampled_from(["call", "list", "for", "dict"]))
+    if shape == "call":
+        callee = draw(st.sampled_from(["Linear", "Attention", "ops.Add"]))
+        return f"{draw(NAMES)} = {callee}({', '.join(draw(ARGS))})"
+    if shape == "list":
+        return f"{draw(NAMES)} = [{draw(ITEMS)}]"
+    if shape == "for":
+        return f"for {draw(NAMES)} in ({draw(ITEMS)}):\n    pass"
+    return f'TABLE = {{\n    "{draw(NAMES)}": ({draw(ITEMS)}),\n}}'
+
+
+@settings(max_examples=400, deadline=None)
+@given(statement=statements(), depth=st.integers(0, 3))
+def test_splits_equal_blacks(statement, depth):
+    """At any depth, what the layout module lays out is what black makes of it."""
+    source = "".join(f"{'    ' * i}if c{i}:\n" for i in range(depth))
+    source += textwrap.indent(statement, "    " * depth) + "\n"
+    laid_out = lay_out(source)
+    if laid_out is not None:
+        assert laid_out == _black(source)
