@@ -897,16 +897,7 @@ class Lowering:
                 f"split the table where `{args['tie']}` defines it",
             )
             return None
-        return ir.OpNode(
-            span=span,
-            name=name,
-            kind=kind,
-            inputs=tuple(inputs),
-            args=args,
-            arg_spans=spans,
-            out_sharding=out,
-            param_shardings=params,
-        )
+        return _op_node(span, name, kind, inputs, args, spans, out, params)
 
     def binop(self, name, span, value, annots, ev, tensors) -> ir.OpNode | None:
         inputs, args, spans = [], {}, {}
@@ -931,17 +922,7 @@ class Lowering:
                 )
                 return None
         kind = OPERATORS[value.op]
-        out, params = self.annots(annots, OPS[kind])
-        return ir.OpNode(
-            span=span,
-            name=name,
-            kind=kind,
-            inputs=tuple(inputs),
-            args=args,
-            arg_spans=spans,
-            out_sharding=out,
-            param_shardings=params,
-        )
+        return _op_node(span, name, kind, inputs, args, spans, *self.annots(annots, OPS[kind]))
 
     def repeat(self, name, span, value: ast.Repeat, annots, ev) -> ir.OpNode | None:
         if len(value.args) != 1 or value.kwargs or not isinstance(value.args[0], ast.Name):
@@ -960,6 +941,19 @@ class Lowering:
             args={"layer": value.layer.name, "count": count},
             arg_spans={"layer": value.layer.span, "count": value.count.span},
         )  # fmt: skip
+
+
+def _op_node(span, name, kind, inputs, args, arg_spans, out, params) -> ir.OpNode:
+    return ir.OpNode(
+        span=span,
+        name=name,
+        kind=kind,
+        inputs=tuple(inputs),
+        args=args,
+        arg_spans=arg_spans,
+        out_sharding=out,
+        param_shardings=params,
+    )
 
 
 def names_in(node) -> Iterator[str]:
