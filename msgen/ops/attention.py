@@ -55,6 +55,17 @@ class Attention(OpDef):
     )
     composite = True
     helpers = ("attention",)
+    imports = (
+        "from functools import cache",
+        "import numpy as np",
+        "from mindspore import Tensor, nn, ops",
+        "from mindspore.common import dtype as mstype",
+    )
+    # FlashAttentionScore is picked on Ascend only (the device target decides)
+    flash_imports = (
+        "import mindspore as ms",
+        "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
+    )
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)
@@ -73,6 +84,9 @@ class Attention(OpDef):
             "flash": self.arg(node, "flash"),
             "p": float(self.arg(node, "dropout")),
         }
+
+    def imports_of(self, op):
+        return self.imports + (self.flash_imports if op.setting("flash") else ())
 
     def code(self, op, model):
         (qkv,) = op.inputs
