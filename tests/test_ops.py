@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from msgen.emit.build import build_context
-from msgen.emit.imports import SHELL, block, parse
+from msgen.emit.imports import block
 from msgen.ops import OPS
+from msgen.ops.imports import SHELL, bound, parse
 from msgen.resources import template
 from tests import reference_numpy as ref
 from tests.emit_fixtures import SPECS, TINY, compiled, load, network_class, plan, plan_json
@@ -35,9 +36,10 @@ def test_every_op_has_one_reference_and_every_reference_an_op():
 
 @pytest.mark.parametrize("kind", sorted(OPS))
 def test_every_op_declares_import_lines_that_parse(kind):
-    lines = OPS[kind].imports
-    assert lines, f"{kind} declares no imports"
-    assert all(parse(line) for line in lines)
+    op = OPS[kind]
+    assert op.imports, f"{kind} declares no imports"
+    for line in (*op.imports, *(line for lines in op.setting_imports.values() for line in lines)):
+        assert parse(line)
 
 
 def test_an_import_line_that_is_not_one_is_refused():
@@ -64,12 +66,6 @@ def test_the_block_merges_and_sorts_as_isort_does():
         "from mindspore import Tensor, nn, ops\n"
         "from mindspore.common import dtype as mstype"
     )
-
-
-def bound_by(lines) -> set[str]:
-    """The names import lines bind."""
-    imports = [imp for line in lines for imp in parse(line)]
-    return {imp.alias or imp.name or imp.module.partition(".")[0] for imp in imports}
 
 
 def names(source: str) -> tuple[set[str], set[str]]:
@@ -101,7 +97,7 @@ def shell_names(name: str) -> set[str]:
 @pytest.mark.parametrize("name", TINY)
 def test_each_op_imports_what_its_code_uses(name):
     ctx = build_context(plan(name), str(SPECS[name]))
-    shell = shell_names(name) | bound_by(SHELL) | set(dir(builtins))
+    shell = shell_names(name) | bound(SHELL) | set(dir(builtins))
     for op in ctx.ops():
         snippet = OPS[op.kind].code(op, ctx)
         flash = bool(op.setting("flash"))
@@ -112,7 +108,7 @@ def test_each_op_imports_what_its_code_uses(name):
             r, d = names(source)
             read, defined = read | r, defined | d
         locals_ = {"self", "labels", *(i for i in op.inputs if isinstance(i, str))}
-        missing = read - defined - locals_ - shell - bound_by(OPS[op.kind].imports_of(op))
+        missing = read - defined - locals_ - shell - bound(OPS[op.kind].imports_of(op))
         assert not missing, f"{name}: {op.kind} `{op.name}` uses {sorted(missing)} unimported"
 
 
@@ -181,3 +177,14 @@ def test_each_op_computes_its_reference(name):
                 atol=1e-5 * max(1.0, np.abs(want).max()),
                 err_msg=f"{name}: {op.kind} `{graph}.{op.name}`",
             )
+
+
+def test_the_checks_reserve_every_name_an_op_may_import():
+    """Names that only some models import (flash's, lazy_inline's) are reserved
+    whatever the spec: the checks read every op's declared imports, not a template."""
+    from msgen.checks.reserved import class_clash, reserved_reason
+
+    assert "hide a name" in class_clash("flash_attention_score")
+    assert "hide a name" in class_clash("global_comm")
+    for name in ("np", "ms", "cache", "wraps", "lazy_inline", "mstype"):
+        assert reserved_reason(name) == "the generated code already uses it", name

@@ -61,11 +61,13 @@ class Attention(OpDef):
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # FlashAttentionScore is picked on Ascend only (the device target decides)
-    flash_imports = (
-        "import mindspore as ms",
-        "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-    )
+    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
+    setting_imports = {
+        "flash": (
+            "import mindspore as ms",
+            "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
+        )
+    }
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)
@@ -84,9 +86,6 @@ class Attention(OpDef):
             "flash": self.arg(node, "flash"),
             "p": float(self.arg(node, "dropout")),
         }
-
-    def imports_of(self, op):
-        return self.imports + (self.flash_imports if op.setting("flash") else ())
 
     def code(self, op, model):
         (qkv,) = op.inputs

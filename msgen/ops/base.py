@@ -191,8 +191,10 @@ class OpDef:
     # Helper cells its code may instantiate: templates/ops/<helper>.py.j2 each.
     helpers: ClassVar[tuple[str, ...]] = ()
     # What its code and its helper cells import, written as the Python lines would be
-    # ("from mindspore import nn, ops"); generated model.py imports the union over its ops.
+    # ("from mindspore import nn, ops"), and what a setting adds when it is true;
+    # generated model.py imports the union over its ops (msgen/ops/imports.py).
     imports: ClassVar[tuple[str, ...]] = ()
+    setting_imports: ClassVar[dict[str, tuple[str, ...]]] = {}
     # Each parameter's initialiser (normal: std 0.02, zeros, ones), and those AdamW
     # decays (matrices; norms and biases are left alone).
     inits: ClassVar[dict[str, str]] = {}
@@ -258,9 +260,9 @@ class OpDef:
         raise NotImplementedError
 
     def imports_of(self, op) -> tuple[str, ...]:
-        """What one op's code imports, given the emitter's record of it (as for `code`);
-        an op whose settings change its code's imports adds them here."""
-        return self.imports
+        """What one op's code imports, given the emitter's record of it (as for `code`)."""
+        added = (lines for key, lines in self.setting_imports.items() if op.setting(key))
+        return self.imports + tuple(line for lines in added for line in lines)
 
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""
