@@ -1,5 +1,6 @@
 """The compiled specs' model.py, instantiated in MindSpore (CPU), against plan.json and an
-independent numpy forward pass (tests/reference_numpy.py, written from the IR).
+independent numpy forward pass (tests/reference_numpy.py, over each op's reference in
+tests/test_op_*.py, written from the IR).
 
 - Every parameter's name and logical shape is what plan.json lists, the total is
   its `params_total` and the estimate's; layer copies sit on their pipeline stages
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 
 from tests import reference_numpy as ref
+from tests import test_op_attention
 from tests.emit_fixtures import (
     BIG,
     ROOT,
@@ -334,7 +336,7 @@ def test_the_reference_comparison_sees_each_feature(forward, monkeypatch, name, 
     changed (no causal mask, no rope, rope's default base, no sliding window, query
     heads given to the wrong kv group) is far from MindSpore's loss."""
     loss, params, tokens, labels = forward[name]
-    attention = ref.attention
+    attention = test_op_attention.attention
 
     def altered(qkv, heads, groups, hd, causal, use_rope, theta, window):
         if change == "causal":
@@ -349,7 +351,7 @@ def test_the_reference_comparison_sees_each_feature(forward, monkeypatch, name, 
             return wrong_groups(attention, qkv, heads, groups, hd, causal, use_rope)
         return attention(qkv, heads, groups, hd, causal, use_rope, theta, window)
 
-    monkeypatch.setattr(ref, "attention", altered)
+    monkeypatch.setattr(test_op_attention, "attention", altered)
     expected = ref.forward_loss(plan(name), params, tokens, labels)
     assert abs(loss - expected) > 1e-2, (change, loss, expected)
 

@@ -1,15 +1,27 @@
 """geglu, the op added by its module alone (msgen/ops/geglu.py, its template fragment
-templates/ops/geglu.py.j2, its docs section): shape rule, what it saves, and (in
-test_generated's forward against numpy, through tests/specs/tiny_mixed.msl) its code."""
+templates/ops/geglu.py.j2, its docs section) and its tests here: its numpy reference,
+shape rule, what it saves; its code is run against the reference op by op in
+test_ops.py, and in test_generated's forward, through tests/specs/tiny_mixed.msl."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from msgen.compiler import analyze_text
 from msgen.ops import CALLABLE, OPS
+from tests.test_op_elementwise import gelu
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_mixed.msl"
+
+
+def geglu(op):
+    gate, up = np.split(op.inputs[0], 2, axis=-1)
+    return gelu(gate, approximate=False) * up
+
+
+REFERENCES = {"geglu": geglu}
 
 
 def checked(text: str):

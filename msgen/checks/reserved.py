@@ -11,6 +11,7 @@ import keyword
 import re
 from functools import cache
 
+from msgen.ops import imported_names
 from msgen.resources import resource_dir
 
 # Public attributes of mindspore.nn.Cell (2.10); an op by one of these names
@@ -72,8 +73,9 @@ def _bound(line: str, sets: dict[str, str]) -> set[str]:
 @cache
 def template_names() -> frozenset[str]:
     """Every name the generated model.py and train.py import or define at module
-    level, read from the templates, so a new import there is reserved at once."""
-    names: set[str] = set()
+    level, read from the templates and model.py's declared imports, so a new import
+    is reserved at once."""
+    names: set[str] = set(imported_names())
     root = resource_dir("templates")
     for path in (path for pattern in TEMPLATES for path in sorted(root.glob(pattern))):
         text = path.read_text(encoding="utf-8")

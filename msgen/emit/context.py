@@ -193,6 +193,7 @@ class ModelContext:
                 out.extend(f"{op.name}.{p.name}" for p in op.params if not p.decay)
         return tuple(dict.fromkeys(out))
 
-    def kinds(self) -> frozenset[str]:
-        ops = [*self.network.ops, *(op for layer in self.layers for op in layer.ops)]
-        return frozenset(op.kind for op in ops)
+    def ops(self) -> tuple[OpSpec, ...]:
+        """Every op with code of its own: the network's and its layers', no repeat."""
+        ops = (*self.network.ops, *(op for layer in self.layers for op in layer.ops))
+        return tuple(op for op in ops if op.kind != "repeat")

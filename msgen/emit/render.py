@@ -9,6 +9,7 @@ from typing import Any
 
 from msgen.emit import opcode
 from msgen.emit.context import ModelContext
+from msgen.emit.imports import model_imports
 from msgen.emit.layout import format_python
 from msgen.ops import OPS
 from msgen.resources import template
@@ -34,7 +35,7 @@ def render_model(ctx: ModelContext) -> str:
         ctx=ctx,
         code=code,
         helpers=helpers,
-        kinds=ctx.kinds(),
+        imports=model_imports(ctx),
         flash=flash,
         dtypes=DTYPES,
         op_helpers=tuple(h for op in OPS.values() for h in op.helpers),

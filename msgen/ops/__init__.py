@@ -11,6 +11,7 @@ import importlib
 import pkgutil
 
 from msgen.ops.base import OpDef
+from msgen.ops.imports import LAZY_INLINE, SHELL, bound
 
 
 def _discover() -> dict[str, OpDef]:
@@ -34,4 +35,13 @@ OPS: dict[str, OpDef] = _discover()
 OPERATORS = {"+": "add", "*": "mul"}
 CALLABLE = sorted(name for name in OPS if name not in OPERATORS.values())
 
-__all__ = ["OPS", "OPERATORS", "CALLABLE", "OpDef"]
+
+def imported_names() -> frozenset[str]:
+    """Every name a generated model.py may import: its shell's, and each op's under
+    any settings."""
+    ops = [line for op in OPS.values() for line in op.imports]
+    ops += [line for op in OPS.values() for lines in op.setting_imports.values() for line in lines]
+    return bound([*SHELL, *LAZY_INLINE, *ops])
+
+
+__all__ = ["OPS", "OPERATORS", "CALLABLE", "OpDef", "imported_names"]

@@ -55,6 +55,19 @@ class Attention(OpDef):
     )
     composite = True
     helpers = ("attention",)
+    imports = (
+        "from functools import cache",
+        "import numpy as np",
+        "from mindspore import Tensor, nn, ops",
+        "from mindspore.common import dtype as mstype",
+    )
+    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
+    setting_imports = {
+        "flash": (
+            "import mindspore as ms",
+            "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
+        )
+    }
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)

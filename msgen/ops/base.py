@@ -3,8 +3,9 @@
 An op is one class in one module: its arguments, shape inference, parameters, the
 layout (sharding) it computes at and the collectives that implies, the tensors it
 saves for backward, its FLOPs, and its emission: the MindSpore shard strategies
-of its primitives, the settings its code needs, the code itself (`code`), and the
-helper cells it instantiates, each a template fragment `templates/ops/<helper>.py.j2`.
+of its primitives, the settings its code needs, the code itself (`code`), the
+helper cells it instantiates, each a template fragment `templates/ops/<helper>.py.j2`,
+and what that code imports (`imports`).
 The registry (msgen.ops) finds every op class in the package's modules, so adding
 an op is adding its module. Splits are per-dim tuples of mesh axes (see
 `ir.models.Split`).
@@ -189,6 +190,11 @@ class OpDef:
     params: ClassVar[tuple[str, ...]] = ()  # names `param @ [...]` may shard
     # Helper cells its code may instantiate: templates/ops/<helper>.py.j2 each.
     helpers: ClassVar[tuple[str, ...]] = ()
+    # What its code and its helper cells import, written as the Python lines would be
+    # ("from mindspore import nn, ops"), and what a setting adds when it is true;
+    # generated model.py imports the union over its ops (msgen/ops/imports.py).
+    imports: ClassVar[tuple[str, ...]] = ()
+    setting_imports: ClassVar[dict[str, tuple[str, ...]]] = {}
     # Each parameter's initialiser (normal: std 0.02, zeros, ones), and those AdamW
     # decays (matrices; norms and biases are left alone).
     inits: ClassVar[dict[str, str]] = {}
@@ -252,6 +258,11 @@ class OpDef:
         """The op's generated code. `op` is the emitter's record of it (name, inputs,
         params, `strategy(role)`, `setting(key)`), `model` the model's (seq, network)."""
         raise NotImplementedError
+
+    def imports_of(self, op) -> tuple[str, ...]:
+        """What one op's code imports, given the emitter's record of it (as for `code`)."""
+        added = (lines for key, lines in self.setting_imports.items() if op.setting(key))
+        return self.imports + tuple(line for lines in added for line in lines)
 
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""

@@ -35,6 +35,7 @@ class Gelu(_Unary):
     name = "gelu"
     args = (Arg("x", "tensor"), Arg("approximate", "bool", False))
     helpers = ("gelu",)
+    imports = ("from mindspore import nn, ops",)
 
     def settings(self, node, ctx):
         return {"approximate": self.arg(node, "approximate")}
@@ -49,6 +50,7 @@ class Gelu(_Unary):
 class Silu(_Unary):
     name = "silu"
     args = (Arg("x", "tensor"),)
+    imports = ("from mindspore.ops.auto_generate import SiLU",)
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -62,6 +64,7 @@ class Swiglu(_Unary):
     name = "swiglu"
     args = (Arg("x", "tensor"),)
     helpers = ("swiglu",)
+    imports = ("from mindspore import nn, ops", "from mindspore.ops.auto_generate import SiLU")
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs
@@ -78,6 +81,7 @@ class Dropout(_Unary):
     name = "dropout"
     args = (Arg("x", "tensor"), Arg("p", "float", 0.1, within="[0, 1)"))
     saves_input = False
+    imports = ("from mindspore import ops",)
 
     def settings(self, node, ctx):
         return {"p": float(self.arg(node, "p"))}
@@ -117,6 +121,7 @@ class _Binary(OpDef):
 
     symbol = "+"
     primitive = "Add"
+    imports = ("from mindspore import ops",)
 
     def shape(self, node, inputs, ctx):
         if len(inputs) == 1:

@@ -27,6 +27,7 @@ class Embedding(OpDef):
     args = (Arg("tokens", "tensor"), Arg("vocab", "int"), Arg("hidden", "int"))
     params = ("table",)
     helpers = ("embedding",)
+    imports = ("from mindspore import nn, ops",)
     inits = {"table": "normal"}
     decays = frozenset({"table"})
 
@@ -74,6 +75,7 @@ class Positions(OpDef):
     args = (Arg("seq", "int"), Arg("hidden", "int"))
     params = ("table",)
     helpers = ("positions",)
+    imports = ("from mindspore import nn, ops",)
     inits = {"table": "normal"}
     decays = frozenset({"table"})
 

@@ -11,6 +11,7 @@ class Geglu(OpDef):
     name = "geglu"
     args = (Arg("x", "tensor"),)
     helpers = ("geglu",)
+    imports = ("from mindspore import nn, ops",)
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs

@@ -35,6 +35,7 @@ class Linear(OpDef):
     args = (Arg("x", "tensor"), Arg("n", "int"), Arg("bias", "bool", True), Arg("tie", "op", None))
     params = ("weight", "bias")
     helpers = ("linear", "tied_linear")
+    imports = ("from mindspore import nn, ops",)
     inits = {"weight": "normal", "bias": "zeros"}
     decays = frozenset({"weight"})
 

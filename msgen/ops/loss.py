@@ -22,6 +22,10 @@ class CrossEntropy(OpDef):
     name = "cross_entropy"
     args = (Arg("logits", "tensor"), Arg("tokens", "tensor"))
     helpers = ("cross_entropy",)
+    imports = (
+        "from mindspore import Tensor, nn, ops",
+        "from mindspore.common import dtype as mstype",
+    )
 
     def strategies(self, node, layout, ctx):
         sb, ss, sv = factors(layout.inputs[0], ctx)

@@ -68,6 +68,7 @@ class LayerNorm(_Norm):
     weights = ("gamma", "beta")
     inits = {"gamma": "ones", "beta": "zeros"}
     helpers = ("layernorm",)
+    imports = ("from mindspore import nn, ops",)
     cell = "LayerNorm"
 
     def strategies(self, node, layout, ctx):
@@ -81,6 +82,7 @@ class RmsNorm(_Norm):
     weights = ("gamma",)
     inits = {"gamma": "ones"}
     helpers = ("rmsnorm",)
+    imports = ("from mindspore import nn, ops", "from mindspore.common import dtype as mstype")
     cell = "RMSNorm"
 
     def strategies(self, node, layout, ctx):

@@ -1,0 +1,104 @@
+"""attention (msgen/ops/attention.py): its numpy reference, written from the op's
+definition (qkv laid out per kv group, rotate-half rope, causal and sliding-window
+masks), and what that reference must get right. test_generated perturbs each feature
+of it to show the forward comparison sees it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from msgen.ops.attention import head_dim, kv_heads
+
+
+def rope(x, theta=10000.0):
+    """Rotate-half rotary embedding of x [batch, heads, seq, head_dim]."""
+    seq, hd = x.shape[-2], x.shape[-1]
+    inv_freq = theta ** (-np.arange(0, hd, 2) / hd)
+    angles = np.outer(np.arange(seq), inv_freq)
+    angles = np.concatenate([angles, angles], axis=-1)
+    half = hd // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * np.cos(angles) + rotated * np.sin(angles)
+
+
+def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=None):
+    """qkv laid out per kv group: the group's query heads, then its k, then its v;
+    `window`: each position sees itself and the window - 1 before it."""
+    b, s, _ = qkv.shape
+    per = heads // groups
+    t = qkv.reshape(b, s, groups, per + 2, hd)
+    q = t[:, :, :, :per, :].reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
+    k = t[:, :, :, per, :].transpose(0, 2, 1, 3)  # [b, groups, s, hd]
+    v = t[:, :, :, per + 1, :].transpose(0, 2, 1, 3)
+    if use_rope:
+        q, k = rope(q, theta), rope(k, theta)
+    k = np.repeat(k, per, axis=1)  # query head h uses group h // per
+    v = np.repeat(v, per, axis=1)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)
+    if causal:
+        seen = np.tril(np.ones((s, s), bool))
+        if window:
+            seen &= ~np.tril(np.ones((s, s), bool), -window)
+        scores = np.where(seen, scores, -np.inf)
+    scores = scores - scores.max(-1, keepdims=True)
+    probs = np.exp(scores)
+    probs /= probs.sum(-1, keepdims=True)
+    out = probs @ v  # [b, heads, s, hd]
+    return out.transpose(0, 2, 1, 3).reshape(b, s, heads * hd)
+
+
+def reference(op):
+    """Looks `attention` up when called, so a test may replace it."""
+    args = op.args
+    return attention(
+        op.inputs[0],
+        args["heads"],
+        kv_heads(op.node),
+        head_dim(op.node, op.ctx),
+        args.get("causal", False),
+        args.get("rope", False),
+        args.get("rope_theta", 10000.0),
+        args.get("window"),
+    )
+
+
+REFERENCES = {"attention": reference}
+
+
+def grouped(q, k, v):
+    """qkv [b, s, groups * (per + 2) * hd] from q [b, s, heads, hd], k, v [b, s, groups, hd]."""
+    b, s, heads, hd = q.shape
+    groups = k.shape[2]
+    q = q.reshape(b, s, groups, heads // groups, hd)
+    return np.concatenate([q, k[:, :, :, None], v[:, :, :, None]], axis=3).reshape(b, s, -1)
+
+
+def test_a_window_of_one_sees_only_its_own_position():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(1, 5, n, 2)) for n in (4, 2, 2))
+    out = attention(grouped(q, k, v), 4, 2, 2, causal=True, use_rope=False, window=1)
+    want = np.repeat(v, 2, axis=2).reshape(1, 5, 8)  # each query head reads its group's v
+    np.testing.assert_allclose(out, want)
+
+
+def test_causal_attention_at_the_first_position_reads_only_the_first_value():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=(2, 4, n, 4)) for n in (2, 1, 1))
+    out = attention(grouped(q, k, v), 2, 1, 4, causal=True, use_rope=True).reshape(2, 4, 2, 4)
+    np.testing.assert_allclose(out[:, 0], np.repeat(v[:, 0], 2, axis=1))
+    full = attention(grouped(q, k, v), 2, 1, 4, causal=False, use_rope=True).reshape(2, 4, 2, 4)
+    assert np.abs(full[:, 0] - out[:, 0]).max() > 1e-3  # unmasked, later keys count
+
+
+def test_rope_rotates_pairs_so_scores_depend_on_relative_position():
+    """q_m . k_n after rope depends on m - n only (Su et al. 2021), and norms are kept."""
+    rng = np.random.default_rng(2)
+    q, k = rng.normal(size=8), rng.normal(size=8)
+    seq = 6
+    qs = rope(np.tile(q, (1, 1, seq, 1)))[0, 0]
+    ks = rope(np.tile(k, (1, 1, seq, 1)))[0, 0]
+    np.testing.assert_allclose(np.linalg.norm(qs, axis=-1), np.linalg.norm(q))
+    np.testing.assert_allclose(qs[3] @ ks[1], qs[5] @ ks[3])
+    assert abs(qs[3] @ ks[1] - qs[3] @ ks[2]) > 1e-6
