@@ -37,6 +37,7 @@ from msgen.estimate.flops import (
 )
 from msgen.estimate.memory import Estimate, precision, slice_shape
 from msgen.ir.devices import Device, Link
+from msgen.ir.fieldwise import Fieldwise
 from msgen.ir.models import Spec
 from msgen.ir.schema import LossScale
 from msgen.ops import OPS
@@ -49,17 +50,11 @@ RING_STEPS = {"AllReduce": 2, "AllGather": 1, "ReduceScatter": 1}
 
 
 @dataclass(frozen=True)
-class Cost:
+class Cost(Fieldwise):
     """Seconds per micro-batch on one device, split by what they are."""
 
     compute: float = 0.0
     tp_comm: float = 0.0  # all of it; the hidden share is taken at the stage
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(self.compute + other.compute, self.tp_comm + other.tp_comm)
-
-    def __mul__(self, n: float) -> Cost:
-        return Cost(self.compute * n, self.tp_comm * n)
 
 
 @dataclass(frozen=True)
@@ -150,22 +145,12 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
 
 
 @dataclass(frozen=True)
-class GraphCost:
+class GraphCost(Fieldwise):
     """One copy of a layer (or the network's own ops on a stage), per micro-batch."""
 
     forward: Cost
     backward: Cost
     recompute: Cost
-
-    def __add__(self, other: GraphCost) -> GraphCost:
-        return GraphCost(
-            self.forward + other.forward,
-            self.backward + other.backward,
-            self.recompute + other.recompute,
-        )
-
-    def __mul__(self, n: float) -> GraphCost:
-        return GraphCost(self.forward * n, self.backward * n, self.recompute * n)
 
     @property
     def total(self) -> Cost:

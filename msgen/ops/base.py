@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import ClassVar
 
+from msgen.ir.fieldwise import Fieldwise
 from msgen.ir.models import OpNode, Split
 from msgen.ir.schema import REQUIRED
 
@@ -75,7 +76,7 @@ class Saved:
 
 
 @dataclass(frozen=True)
-class Work:
+class Work(Fieldwise):
     """The forward work of one run of an op over its logical (whole-model) tensors,
     per micro-batch: matrix multiplies as FLOPs (2mnk), the rest as the bytes its
     memory-bound kernels read and write (elementwise, norms, softmax)."""
@@ -83,16 +84,6 @@ class Work:
     matmul_flops: int = 0  # model FLOPs: Korthikanti's convention, causal attention whole
     kernel_flops: int = 0  # what the kernels compute (a causal flash kernel skips half)
     memory_bytes: int = 0
-
-    def __add__(self, other: Work) -> Work:
-        return Work(
-            self.matmul_flops + other.matmul_flops,
-            self.kernel_flops + other.kernel_flops,
-            self.memory_bytes + other.memory_bytes,
-        )
-
-    def __mul__(self, n: int) -> Work:
-        return Work(self.matmul_flops * n, self.kernel_flops * n, self.memory_bytes * n)
 
 
 def matmul(flops: int) -> Work:
