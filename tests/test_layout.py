@@ -81,9 +81,15 @@ def test_generated_python_is_a_fixed_point_of_black(trees, spec, override):
         assert _black(text) == text, f"{key}: black would change {name}"
 
 
-def test_a_line_of_another_shape_goes_to_black():
-    source = "x = f(aaaaaaaaaaaaaaaaaaaa)(bbbbbbbbbbbbbbbbbbbbbbbbbb, cccccccccccccccccccccccc, dddddd)\n"
-    assert lay_out(source) is None  # a call on a call: black's trailer rules
+@pytest.mark.parametrize(
+    "head",
+    ["x = f(aaaaaaaaaa)(", "x = y + f(", "return f(", "def f(", "for x in f("],
+    ids=["call on a call", "operator", "return", "def", "for over a call"],
+)
+def test_a_line_of_another_shape_goes_to_black(head):
+    source = f"{head}bbbbbbbbbbbbbbbbbbbbbbbbbb, cccccccccccccccccccccccc, dddddddddddddddddddd, e)"
+    source += ":\n    pass\n" if head.startswith(("def", "for")) else "\n"
+    assert lay_out(source) is None  # black's other rules
     assert format_python(source) == _black(source)
 
 
@@ -113,10 +119,12 @@ ITEMS = st.lists(VALUES, min_size=2, max_size=12).map(", ".join)
 @st.composite
 def statements(draw) -> str:
     """Statements of the shapes the templates give long lines: a call (keyword
-    arguments too), a list, a `for` over a tuple, a dict entry."""
-    shape = draw(st.sampled_from(["call", "list", "for", "dict"]))
+    arguments too), alone or assigned, a list, a `for` over a tuple, a dict entry."""
+    shape = draw(st.sampled_from(["call", "assigned call", "list", "for", "dict"]))
+    callee = draw(st.sampled_from(["Linear", "Attention", "ops.Add"]))
     if shape == "call":
-        callee = draw(st.sampled_from(["Linear", "Attention", "ops.Add"]))
+        return f"{callee}({', '.join(draw(ARGS))})"
+    if shape == "assigned call":
         return f"{draw(NAMES)} = {callee}({', '.join(draw(ARGS))})"
     if shape == "list":
         return f"{draw(NAMES)} = [{draw(ITEMS)}]"

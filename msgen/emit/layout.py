@@ -14,10 +14,19 @@ is beyond it, and the whole text goes to black instead (`format_python`).
 
 from __future__ import annotations
 
+import re
+
 LINE_LENGTH = 88  # black's default, which the generated code keeps
 INDENT = "    "
 CLOSING = {")": "(", "]": "[", "}": "{"}
 TAILS = ("", ":", ",")
+# The statements split here, up to their last bracket: `name(`, `target = name(`,
+# `target = [`, `for a, b in (`, `"key": (`. A name is a dotted one, a target has no
+# brackets; anything else in front of the bracket (an operator, a keyword, a call)
+# brings in black's other rules.
+HEADS = re.compile(
+    r"""(?:[\w.]+(?:, [\w.]+)* = )?[\w.]*[(\[{]|for [\w, ]+ in [(\[]|"[^"\\]*": [(\[{]"""
+)
 
 
 class _Beyond(Exception):
@@ -87,10 +96,8 @@ def _split(indent: str, code: str) -> list[str]:
         raise _Beyond(code)
     opened, closed = pairs[-1]
     head, body, tail = code[: opened + 1], code[opened + 1 : closed], code[closed:]
-    if tail[1:] not in TAILS or any(ch in head[:-1] for ch in "([{") or head[0] == "@":
-        raise _Beyond(code)
-    if head.startswith(("def ", "class ", "async ", "return ", "yield ", "if ", "while ")):
-        raise _Beyond(code)  # black splits these by other rules
+    if tail[1:] not in TAILS or not HEADS.fullmatch(head):
+        raise _Beyond(code)  # black splits other statements by other rules
     inner = indent + INDENT
     items = _items(body)
     if not _fits(indent + head) or not items:
