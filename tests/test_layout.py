@@ -87,7 +87,7 @@ def test_generated_python_is_a_fixed_point_of_black(trees, spec, override):
     ids=["call on a call", "operator", "return", "def", "for over a call"],
 )
 def test_a_line_of_another_shape_goes_to_black(head):
-    source = f"{head}bbbbbbbbbbbbbbbbbbbbbbbbbb, cccccccccccccccccccccccc, dddddddddddddddddddd, e)"
+    source = f"{head}bbbbbbbbbbbbbbbbbbbbbbbbbb, cccccccccccccccccccccccc, dddddddddddddddddddd, eeeeeeee)"
     source += ":\n    pass\n" if head.startswith(("def", "for")) else "\n"
     assert lay_out(source) is None  # black's other rules
     assert format_python(source) == _black(source)
