@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import math
 import os
 import stat
@@ -11,7 +12,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 
+import lark
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import (
     UnexpectedCharacters,
@@ -147,19 +150,53 @@ def _comment(tok: Token) -> Token:
     return tok
 
 
+# How the parser is built. Prebuilt tables (msgen/syntax/msl_tables.py) hold these
+# options' result; what is code, not data, is given again when they are loaded.
+LARK_OPTIONS = {
+    "parser": "lalr",
+    "lexer": "contextual",
+    "propagate_positions": True,
+    "maybe_placeholders": False,
+}
+CODE_OPTIONS = ("postlex", "lexer_callbacks")
+
+
+def _code_options() -> dict:
+    return {"postlex": _Statements(), "lexer_callbacks": {"COMMENT": _comment}}
+
+
+def grammar_source() -> bytes:
+    return (resource_dir("grammar") / "msl.lark").read_bytes()
+
+
+def grammar_sha256(source: bytes) -> str:
+    return hashlib.sha256(source).hexdigest()
+
+
+def build_parser(source: bytes) -> Lark:
+    """The parser built from the grammar: lark analyses it and makes the LALR tables."""
+    return Lark(source.decode("utf-8"), **LARK_OPTIONS, **_code_options())
+
+
+def tables_fit(source: bytes, tables: ModuleType) -> bool:
+    """Whether prebuilt tables were made from this grammar by this lark."""
+    return tables.GRAMMAR_SHA256 == grammar_sha256(source) and tables.LARK == lark.__version__
+
+
+def parser_for(source: bytes, tables: ModuleType) -> Lark:
+    """The parser from prebuilt tables when they fit the grammar (a tenth of the time
+    of building it), else built from the grammar (as after an edit to it)."""
+    if not tables_fit(source, tables):
+        return build_parser(source)
+    # lark's own cache loads its tables this way (lark.Lark.__init__ with cache=True).
+    return Lark._load_from_dict(tables.DATA, tables.MEMO, **_code_options())
+
+
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    grammar = (resource_dir("grammar") / "msl.lark").read_text()
-    return Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=_Statements(),
-        propagate_positions=True,
-        maybe_placeholders=False,
-        lexer_callbacks={"COMMENT": _comment},
-        cache=True,
-    )
+    from msgen.syntax import msl_tables
+
+    return parser_for(grammar_source(), msl_tables)
 
 
 def _span(file: str, meta) -> Span:
