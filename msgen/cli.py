@@ -51,10 +51,10 @@ def _read_spec(path: str):
 
 
 def _report(result, fmt: str) -> None:
-    from msgen.commands.report import render, sort_key
+    if result.diagnostics:
+        from msgen.commands.report import render, sort_key
 
-    diags = sorted(result.diagnostics, key=sort_key)
-    if diags:
+        diags = sorted(result.diagnostics, key=sort_key)
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
     if result.rederived and fmt == "text":
         changes = ", ".join(result.rederived)
