@@ -39,17 +39,23 @@ class Node:
 
 @node
 class Number(Node):
+    """A number literal, with its text as written."""
+
     value: int | float
     text: str
 
 
 @node
 class String(Node):
+    """A string literal's text, without the quotes."""
+
     value: str
 
 
 @node
 class Name(Node):
+    """A name: a dim, tensor, op, layer or key."""
+
     name: str
 
 
@@ -63,6 +69,8 @@ class Size(Node):
 
 @node
 class BinOp(Node):
+    """`left op right`."""
+
     op: str  # one of + - * / //
     left: Expr
     right: Expr
@@ -70,17 +78,23 @@ class BinOp(Node):
 
 @node
 class Neg(Node):
+    """`-operand`."""
+
     operand: Expr
 
 
 @node
 class Kwarg(Node):
+    """`name = value` in a call's arguments."""
+
     name: Name
     value: Expr
 
 
 @node
 class Call(Node):
+    """`func(args, kwargs)`: an op, or a value such as `adamw(...)` or `hccn(...)`."""
+
     func: Name
     args: tuple[Expr, ...] = ()
     kwargs: tuple[Kwarg, ...] = ()
@@ -88,6 +102,8 @@ class Call(Node):
 
 @node
 class List(Node):
+    """`[items]`: a shape, a sharding or a list value."""
+
     items: tuple[Expr, ...] = ()
 
 
@@ -125,6 +141,8 @@ class Annot(Node):
 
 @node
 class Assign(Node):
+    """`target = value annots`: a setting, a dim or an op."""
+
     target: Name
     value: Expr
     annots: tuple[Annot, ...] = ()
@@ -132,6 +150,8 @@ class Assign(Node):
 
 @node
 class InputDecl(Node):
+    """`input name: shape annots`."""
+
     name: Name
     shape: List
     annots: tuple[Annot, ...] = ()
@@ -139,6 +159,8 @@ class InputDecl(Node):
 
 @node
 class OutputStmt(Node):
+    """`output value annots`."""
+
     value: Expr
     annots: tuple[Annot, ...] = ()
 
@@ -158,6 +180,8 @@ Stmt = Assign | InputDecl | OutputStmt | GroupDecl
 
 @node
 class Block(Node):
+    """`kind name { stmts }` (`model gpt { ... }`, `mesh { ... }`)."""
+
     kind: Name
     name: Name | None
     stmts: tuple[Stmt, ...] = ()
@@ -165,12 +189,16 @@ class Block(Node):
 
 @node
 class Version(Node):
+    """`version 1`."""
+
     keyword: Name
     number: Number
 
 
 @node
 class Module(Node):
+    """A whole spec: the version line and the blocks."""
+
     version: Version | None
     blocks: tuple[Block, ...] = ()
     comments: tuple[tuple[int, str], ...] = field(default=())  # (line, text), for fmt
