@@ -15,13 +15,12 @@ from pathlib import Path
 from types import ModuleType
 
 import lark
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Tree
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
     UnexpectedInput,
     UnexpectedToken,
-    VisitError,
 )
 
 from msgen.diagnostics import Diagnostic, Span, error, format_bytes
@@ -228,11 +227,17 @@ def _number(tok: Token) -> int | float:
     return int(text) if text.isdigit() else value
 
 
-@v_args(meta=True)
-class _ToAst(Transformer):
+class _ToAst:
+    """The parse tree to the AST, bottom up: a rule's method gets the rule's position
+    (meta) and its children, already converted. A plain walk, as lark's Transformer
+    wraps each call of a method anew (about a millisecond of a spec's parse)."""
+
     def __init__(self, file: str):
-        super().__init__()
         self.file = file
+
+    def transform(self, tree: Tree):
+        children = [self.transform(c) if isinstance(c, Tree) else c for c in tree.children]
+        return getattr(self, tree.data)(tree.meta, children)
 
     def _s(self, meta) -> Span:
         return _span(self.file, meta)
@@ -465,10 +470,6 @@ def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diag
         return None, [_syntax_error(exc, file, text)]
     except _Rejected as exc:
         return None, [_rejected(exc, file)]
-    except VisitError as exc:
-        if isinstance(exc.orig_exc, _Rejected):
-            return None, [_rejected(exc.orig_exc, file)]
-        raise
     finally:
         _COLLECTED.reset(context)
     return (
