@@ -30,7 +30,7 @@ def _front_end():
     long as the process (modules, classes, pydantic validators: some 30,000 objects the
     cyclic collector tracks): the collector pauses while it does, then leaves those
     objects out of every later collection, the one at exit included (gc.freeze).
-    That saves about 35 ms of a 250 ms `msgen check` (bench/bench_cpu.py)."""
+    That saves about 35 ms of a `msgen check`'s CPU time (bench/bench_cpu.py)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
