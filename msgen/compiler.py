@@ -22,6 +22,8 @@ from msgen.syntax.overrides import apply_overrides, override_keys
 
 @dataclass
 class Result:
+    """A spec's analysis: the text, the IR and facts if it lowered, every diagnostic."""
+
     file: str
     text: str
     spec: Spec | None = None

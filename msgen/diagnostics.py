@@ -29,7 +29,8 @@ class Severity(str, Enum):
 
 
 class Diagnostic(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    # validator built on first use: checking a clean spec makes no diagnostic
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     code: str
     severity: Severity

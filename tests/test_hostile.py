@@ -522,7 +522,7 @@ def test_internal_error_with_stderr_gone(monkeypatch):
 def test_ctrl_c_anywhere_exits_130_quietly(monkeypatch, capsys):
     import msgen.cli as cli
 
-    def interrupted():
+    def interrupted(*_):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted)

@@ -122,10 +122,13 @@ def test_installed_wheel_finds_its_resources(installed: Path) -> None:
     code = textwrap.dedent("""
         import json, msgen
         from msgen.resources import resource_dir
+        from msgen.syntax import msl_tables
+        from msgen.syntax.parser import grammar_source, tables_fit
         print(json.dumps({
             "package": msgen.__file__,
             "grammar": str(resource_dir("grammar")),
             "templates": str(resource_dir("templates")),
+            "tables_fit": tables_fit(grammar_source(), msl_tables),
         }))
         """)
     proc = _run([python, "-c", code], cwd=installed.parent / "work", timeout=120)
@@ -136,6 +139,8 @@ def test_installed_wheel_finds_its_resources(installed: Path) -> None:
     assert Path(where["grammar"]) == package / "grammar", where
     assert Path(where["templates"]) == package / "templates", where
     assert (package / "grammar" / "msl.lark").is_file()
+    # the prebuilt parse tables ship and fit the shipped grammar (and lark)
+    assert where["tables_fit"] is True, where
 
 
 @pytest.mark.wheel

@@ -28,6 +28,8 @@ class Redistribution:
 
 @dataclass
 class OpFacts:
+    """What the analysis derived for one op: its tensors, layout and saved tensors."""
+
     node: OpNode
     output: Tensor | None = None
     inputs: list[Tensor] = field(default_factory=list)  # as their producers give them
@@ -42,6 +44,8 @@ class OpFacts:
 
 @dataclass
 class GraphFacts:
+    """What the analysis derived for one layer or the network, by tensor and op."""
+
     graph: Graph
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tensors: dict[str, Tensor] = field(default_factory=dict)
@@ -54,6 +58,8 @@ class GraphFacts:
 
 @dataclass
 class Facts:
+    """The analysis of a spec: each graph's facts (the layers first, then the network)."""
+
     order: list[str] = field(default_factory=list)  # layers first (as repeated), then network
     graphs: dict[str, GraphFacts] = field(default_factory=dict)
     repeats: dict[str, OpNode] = field(default_factory=dict)  # layer -> the repeat using it

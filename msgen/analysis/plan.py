@@ -62,6 +62,8 @@ class ParamRun:
 
 @dataclass(frozen=True)
 class Repeat:
+    """A repeated layer: how many copies, from which index of the layer stack."""
+
     layer: str
     op: str  # the network op that repeats it
     count: int
@@ -70,6 +72,8 @@ class Repeat:
 
 @dataclass
 class Plan:
+    """A checked spec with what the estimate and the emitters derive from it once."""
+
     spec: Spec
     facts: Facts
 

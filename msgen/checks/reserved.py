@@ -48,6 +48,9 @@ TEMPLATES = ("model.py.j2", "train.py.j2", "ops/*.py.j2")  # ops/: the ops' help
 _QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")
 _LISTED = re.compile(r"""\[["']([A-Za-z_][A-Za-z0-9_]*)["']\]""")
 _JINJA = re.compile(r"{{(.*?)}}")
+_ASSIGNED = re.compile(r"(?:def|class) ([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
+# Only a line that starts with a name can bind one at module level.
+_TOP_LEVEL = re.compile(r"[A-Za-z_]")
 
 
 def _jinja_names(expr: str, sets: dict[str, str]) -> set[str]:
@@ -66,7 +69,7 @@ def _bound(line: str, sets: dict[str, str]) -> set[str]:
         found = set().union(*(_jinja_names(e, sets) for e in _JINJA.findall(names)))
         plain = _JINJA.sub("", names).replace("(", "").replace(")", "")
         return found | {p.split(" as ")[-1].strip() for p in plain.split(",") if p.strip()}
-    m = re.match(r"(?:def|class) ([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)", line)
+    m = _ASSIGNED.match(line)
     return {m.group(1) or m.group(2)} if m else set()
 
 
@@ -80,7 +83,7 @@ def template_names() -> frozenset[str]:
     for path in (path for pattern in TEMPLATES for path in sorted(root.glob(pattern))):
         text = path.read_text(encoding="utf-8")
         sets = dict(re.findall(r"{%-? set (\w+) = (.*?)-?%}", text))
-        for line in text.splitlines():
+        for line in filter(_TOP_LEVEL.match, text.splitlines()):
             names |= {n for n in _bound(line, sets) if n.isidentifier()}
     return frozenset(names)
 

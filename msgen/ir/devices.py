@@ -53,6 +53,8 @@ class Calibration:
 
 @dataclass(frozen=True)
 class Device:
+    """An accelerator of the catalogue: memory, compute, links and calibration."""
+
     name: str
     hbm_bytes: int
     reserve_bytes: int  # runtime reserve: the CANN runtime, or the CUDA context

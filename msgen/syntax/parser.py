@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import math
 import os
 import stat
@@ -11,14 +12,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import ModuleType
 
-from lark import Lark, Token, Transformer, v_args
+import lark
+from lark import Lark, Token, Tree
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
     UnexpectedInput,
     UnexpectedToken,
-    VisitError,
 )
 
 from msgen.diagnostics import Diagnostic, Span, error, format_bytes
@@ -147,19 +149,53 @@ def _comment(tok: Token) -> Token:
     return tok
 
 
+# How the parser is built. Prebuilt tables (msgen/syntax/msl_tables.py) hold these
+# options' result; what is code, not data, is given again when they are loaded.
+LARK_OPTIONS = {
+    "parser": "lalr",
+    "lexer": "contextual",
+    "propagate_positions": True,
+    "maybe_placeholders": False,
+}
+CODE_OPTIONS = ("postlex", "lexer_callbacks")
+
+
+def _code_options() -> dict:
+    return {"postlex": _Statements(), "lexer_callbacks": {"COMMENT": _comment}}
+
+
+def grammar_source() -> bytes:
+    return (resource_dir("grammar") / "msl.lark").read_bytes()
+
+
+def grammar_sha256(source: bytes) -> str:
+    return hashlib.sha256(source).hexdigest()
+
+
+def build_parser(source: bytes) -> Lark:
+    """The parser built from the grammar: lark analyses it and makes the LALR tables."""
+    return Lark(source.decode("utf-8"), **LARK_OPTIONS, **_code_options())
+
+
+def tables_fit(source: bytes, tables: ModuleType) -> bool:
+    """Whether prebuilt tables were made from this grammar by this lark."""
+    return tables.GRAMMAR_SHA256 == grammar_sha256(source) and tables.LARK == lark.__version__
+
+
+def parser_for(source: bytes, tables: ModuleType) -> Lark:
+    """The parser from prebuilt tables when they fit the grammar (a tenth of the time
+    of building it), else built from the grammar (as after an edit to it)."""
+    if not tables_fit(source, tables):
+        return build_parser(source)
+    # lark's own cache loads its tables this way (lark.Lark.__init__ with cache=True).
+    return Lark._load_from_dict(tables.DATA, tables.MEMO, **_code_options())
+
+
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
-    grammar = (resource_dir("grammar") / "msl.lark").read_text()
-    return Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=_Statements(),
-        propagate_positions=True,
-        maybe_placeholders=False,
-        lexer_callbacks={"COMMENT": _comment},
-        cache=True,
-    )
+    from msgen.syntax import msl_tables
+
+    return parser_for(grammar_source(), msl_tables)
 
 
 def _span(file: str, meta) -> Span:
@@ -191,11 +227,17 @@ def _number(tok: Token) -> int | float:
     return int(text) if text.isdigit() else value
 
 
-@v_args(meta=True)
-class _ToAst(Transformer):
+class _ToAst:
+    """The parse tree to the AST, bottom up: a rule's method gets the rule's position
+    (meta) and its children, already converted. A plain walk, as lark's Transformer
+    wraps each call of a method anew (about a millisecond of a spec's parse)."""
+
     def __init__(self, file: str):
-        super().__init__()
         self.file = file
+
+    def transform(self, tree: Tree):
+        children = [self.transform(c) if isinstance(c, Tree) else c for c in tree.children]
+        return getattr(self, tree.data)(tree.meta, children)
 
     def _s(self, meta) -> Span:
         return _span(self.file, meta)
@@ -428,10 +470,6 @@ def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diag
         return None, [_syntax_error(exc, file, text)]
     except _Rejected as exc:
         return None, [_rejected(exc, file)]
-    except VisitError as exc:
-        if isinstance(exc.orig_exc, _Rejected):
-            return None, [_rejected(exc.orig_exc, file)]
-        raise
     finally:
         _COLLECTED.reset(context)
     return (
