@@ -12,6 +12,8 @@ MindRecord, and stand-alone on the same global batches. Then:
   norms each rank logs;
 - the validation loss every 2 steps is the stand-alone run's on both ranks;
 - `--resume` on every rank from the middle checkpoint continues exactly.
+The same holds on synthetic data for a second tree of the spec with selective
+recompute (a cell, attention, and a primitive, gelu) and a fixed loss scale.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import pytest
 from tests.emit_fixtures import SPECS, compile_spec, load
 
 STEPS, RESUME_FROM = 4, 2  # tiny_dp checkpoints every 2 steps
+SELECT = ("--set", "recompute.decoder=select(att, act)", "--set", "train.loss_scale=1024")
 DATA_ROWS, VALID_ROWS = 24, 20  # valid: 2 whole steps of 8 (the rest is not read)
 
 
@@ -91,11 +94,15 @@ def checkpoint(path: Path) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     """One folder with the compiled tree, its MindRecord, and these outputs (each with
-    rank_<r>/): msrun_synthetic, msrun_data, alone_synthetic, alone_data, resumed."""
+    rank_<r>/): msrun_synthetic, msrun_data, alone_synthetic, alone_data, resumed; and
+    in its folder `select`, the SELECT tree with msrun_synthetic and alone_synthetic."""
     from mindspore.mindrecord import FileWriter
 
     root = tmp_path_factory.mktemp("multirank")
     folder = compile_spec(SPECS["tiny_dp"], root / "out")
+    select = compile_spec(SPECS["tiny_dp"], root / "select", *SELECT)
+    shutil.move(select, folder / "select")
+    select = folder / "select"
     rng = np.random.default_rng(7)
     for name, count in (("train", DATA_ROWS), ("valid", VALID_ROWS)):
         writer = FileWriter(str(folder / f"{name}.mindrecord"), shard_num=1)
@@ -115,6 +122,8 @@ def runs(tmp_path_factory) -> Path:
         (standalone(folder, "alone_data", *steps), folder),
         (msrun(folder, synthetic, folder / "msrun_synthetic", "--synthetic", *steps), synthetic),
         (msrun(folder, folder, folder / "msrun_data", *steps), folder),
+        (standalone(select, "alone_synthetic", "--synthetic", *steps), select),
+        (msrun(select, select, select / "msrun_synthetic", "--synthetic", *steps), select),
     ]
     for proc, cwd in started:
         finish(proc, cwd)
@@ -128,6 +137,21 @@ def runs(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("data", ["synthetic", "data"])
 def test_ranks_train_as_one_standalone_run(runs, data):
+    assert_ranks_train_as_one(runs, data)
+
+
+def test_selective_recompute_and_a_fixed_scale_train_as_one_standalone_run(runs):
+    select = runs / "select"
+    assert "recompute(output_recompute=True)" in (select / "model.py").read_text()
+    assert "LOSS_SCALE = 1024.0" in (select / "train.py").read_text()
+    assert "self.att.recompute()" in (select / "model.py").read_text()
+    assert_ranks_train_as_one(select, "synthetic")
+    for rank in (0, 1):
+        log = log_rows(select / "msrun_synthetic" / f"rank_{rank}" / "log.csv")
+        assert {float(r["loss_scale"]) for r in log} == {1024.0}
+
+
+def assert_ranks_train_as_one(runs: Path, data: str) -> None:
     import mindspore as ms
 
     ranks = [
