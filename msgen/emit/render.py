@@ -21,24 +21,34 @@ def _render(name: str, **values: Any) -> str:
     return format_python(template(name).render(**values))
 
 
+def _helper_cells(ctx: ModelContext, helpers: frozenset[str]) -> list[str]:
+    """The helper cells the model's code uses, each from its op's fragment in
+    templates/ops/, rendered with the values its op gives (`OpDef.helper_values`)."""
+    ops = ctx.ops()
+    return [
+        template(f"ops/{helper}.py.j2").render(
+            **opdef.helper_values([op for op in ops if op.kind == kind])
+        )
+        for kind, opdef in OPS.items()
+        for helper in opdef.helpers
+        if helper in helpers
+    ]
+
+
 def render_model(ctx: ModelContext) -> str:
     code: dict[str | None, opcode.CellCode] = {
         layer.name: opcode.layer_code(layer, ctx) for layer in ctx.layers
     }
     code[None] = opcode.network_code(ctx)
     helpers = frozenset().union(*(c.helpers for c in code.values()))
-    flash = any(op.setting("flash") for layer in ctx.layers for op in layer.ops) or any(
-        op.setting("flash") for op in ctx.network.ops
-    )
     return _render(
         "model.py.j2",
         ctx=ctx,
         code=code,
         helpers=helpers,
         imports=model_imports(ctx),
-        flash=flash,
+        helper_cells=_helper_cells(ctx, helpers),
         dtypes=DTYPES,
-        op_helpers=tuple(h for op in OPS.values() for h in op.helpers),
     )
 
 

@@ -87,6 +87,10 @@ class Attention(OpDef):
             "p": float(self.arg(node, "dropout")),
         }
 
+    def helper_values(self, ops):
+        # One Attention cell serves the model: it takes `flash` when any op asks for it.
+        return {"flash": any(op.setting("flash") for op in ops)}
+
     def code(self, op, model):
         (qkv,) = op.inputs
         s = op.setting

@@ -250,6 +250,11 @@ class OpDef:
         params, `strategy(role)`, `setting(key)`), `model` the model's (seq, network)."""
         raise NotImplementedError
 
+    def helper_values(self, ops) -> dict:
+        """What the op's helper-cell fragments (templates/ops/) are rendered with, given
+        the emitter's records of every op of this kind in the model."""
+        return {}
+
     def imports_of(self, op) -> tuple[str, ...]:
         """What one op's code imports, given the emitter's record of it (as for `code`)."""
         added = (lines for key, lines in self.setting_imports.items() if op.setting(key))
