@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
 
-class Span(BaseModel):
+@dataclass(frozen=True)
+class Span:
     """A region of a spec file; lines and columns are 1-based, end column exclusive."""
-
-    model_config = ConfigDict(frozen=True)
 
     file: str
     line: int
@@ -20,7 +20,11 @@ class Span(BaseModel):
 
     def to(self, other: Span) -> Span:
         """The span from the start of this one to the end of `other`."""
-        return self.model_copy(update={"end_line": other.end_line, "end_col": other.end_col})
+        return replace(self, end_line=other.end_line, end_col=other.end_col)
+
+    def first(self, width: int) -> Span:
+        """The first `width` columns of the span, on its first line."""
+        return replace(self, end_line=self.line, end_col=self.col + width)
 
 
 class Severity(str, Enum):

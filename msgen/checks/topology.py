@@ -51,7 +51,7 @@ def canonical_ipv4(text: str) -> str:
 
 def head_span(span: Span, word: str) -> Span:
     """The first `len(word)` columns of a span: a block's keyword, a call's name."""
-    return span.model_copy(update={"end_line": span.line, "end_col": span.col + len(word)})
+    return span.first(len(word))
 
 
 def factorizations(devices: int, spec: Spec, layers: int) -> list[tuple[int, int, int]]:

@@ -33,8 +33,7 @@ def is_number(v) -> bool:
 
 def name_span(call: Call) -> Span:
     """The span of a call's name (`adamw` in `adamw(lr = ...)`)."""
-    s = call.span
-    return s.model_copy(update={"end_line": s.line, "end_col": s.col + len(call.name)})
+    return call.span.first(len(call.name))
 
 
 def fmt_num(v) -> str:

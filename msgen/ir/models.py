@@ -3,6 +3,12 @@
 Values are evaluated (dims are ints, sizes are bytes), names are still names:
 the check passes resolve and validate them. Every node keeps its span, and
 each block keeps the span of each key (`spans`) so errors point at a line.
+
+Lowering builds these models from values it has evaluated and checked, as trusted
+data (`model_construct`), and their validators are built only when something
+validates (`defer_build`): a check builds none, which keeps pydantic's validator
+machinery and its plugin discovery out of every start (about 10 ms of a check).
+tests/test_ir_types.py validates what lowering builds for every spec and case.
 """
 
 # No `from __future__ import annotations` here: pydantic would compile every field's
@@ -18,7 +24,7 @@ Split = tuple[tuple[str, ...], ...]
 
 
 class Node(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     span: Span
 
@@ -168,7 +174,7 @@ class Budget(Block):
 class Spec(BaseModel):
     """The whole resolved spec."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     file: str
     sha256: str

@@ -114,7 +114,7 @@ class Lowering:
 
     def call(self, expr: ast.Expr, what: str, ev: Evaluator) -> ir.Call | None:
         if isinstance(expr, ast.Name):
-            return ir.Call(span=expr.span, name=expr.name)
+            return ir.Call.model_construct(span=expr.span, name=expr.name)
         if not isinstance(expr, ast.Call) or expr.args:
             self.err("MSL108", f"{what} is written `name(key = value, ...)`", expr.span)
             return None
@@ -124,7 +124,9 @@ class Lowering:
             if value is not None:
                 args[kw.name.name] = value
                 spans[kw.name.name] = kw.span
-        return ir.Call(span=expr.span, name=expr.func.name, args=args, arg_spans=spans)
+        return ir.Call.model_construct(
+            span=expr.span, name=expr.func.name, args=args, arg_spans=spans
+        )
 
     def scalar(self, expr: ast.Expr, ev: Evaluator):
         """A number, a bool (`true`/`false`), a name, or a string."""
@@ -217,7 +219,7 @@ class Lowering:
         sha = hashlib.sha256()
         for chunk in self.sources:
             sha.update(hashlib.sha256(chunk).digest())
-        return ir.Spec(
+        return ir.Spec.model_construct(
             file=self.file, sha256=sha.hexdigest(), model=model, cluster=cluster, mesh=mesh,
             layers=graphs, network=network, recompute=recompute, pipeline=pipeline,
             fusion=fusion, train=train, budget=budget,
@@ -228,7 +230,7 @@ class Lowering:
     def lower_model(self, block: ast.Block) -> ir.Model:
         dims: dict[str, int] = {}
         spans: dict[str, Span] = {}
-        dtype, param_dtype = "fp32", "fp32"
+        dtype = param_dtype = Dtype.FP32
         assigns = [s for s in block.stmts if isinstance(s, ast.Assign)]
         for stmt in block.stmts:
             if not isinstance(stmt, ast.Assign):
@@ -247,9 +249,9 @@ class Lowering:
             if key in ("dtype", "param_dtype"):
                 value = self.name_value(stmt, DTYPES)
                 if value and key == "dtype":
-                    dtype = value
+                    dtype = Dtype(value)
                 elif value:
-                    param_dtype = value
+                    param_dtype = Dtype(value)
                 continue
             if key == "batch":
                 self.err(
@@ -275,7 +277,7 @@ class Lowering:
                     block.kind.span,
                     f"add `{key} = ...` to the model block",
                 )
-        return ir.Model(
+        return ir.Model.model_construct(
             span=block.span,
             spans=spans,
             name=block.name.name,
@@ -309,7 +311,7 @@ class Lowering:
             v = ev.dim(stmt.value, key)
             if v is not None:
                 sizes[key] = v
-        return ir.Mesh(span=block.span, spans=self.spans_of(stmts), **sizes)
+        return ir.Mesh.model_construct(span=block.span, spans=self.spans_of(stmts), **sizes)
 
     def lower_train(self, block: ast.Block, ev: Evaluator) -> ir.Train:
         stmts = self.keyed(block, "train")
@@ -348,9 +350,13 @@ class Lowering:
         values = {k: v for k, v in values.items() if v is not None}
         if "valid" in values and "eval_every" not in stmts:
             values["eval_every"] = EVAL_EVERY
-        if values.get("master_weights") == "none":
-            del values["master_weights"]
-        return ir.Train(span=block.span, spans=self.spans_of(stmts), **values)
+        for key in ("master_weights", "grad_dtype"):  # `none`: the default, no copy
+            if key in values:
+                if values[key] == "none":
+                    del values[key]
+                else:
+                    values[key] = Dtype(values[key])
+        return ir.Train.model_construct(span=block.span, spans=self.spans_of(stmts), **values)
 
     def checkpoint(self, expr, ev) -> ir.Checkpoint | None:
         if isinstance(expr, ast.Name) and expr.name == "none":
@@ -361,7 +367,7 @@ class Lowering:
         every, keep = ev.dim(expr.every, "every"), ev.dim(expr.keep, "keep")
         if every is None or keep is None:
             return None
-        return ir.Checkpoint(span=expr.span, every=every, keep=keep)
+        return ir.Checkpoint.model_construct(span=expr.span, every=every, keep=keep)
 
     def data(self, expr) -> tuple[str | None, str | None]:
         """The train and validation MindRecord paths of `mindrecord("t", valid = "v")`."""
@@ -409,7 +415,7 @@ class Lowering:
                 values["device_ip_spans"] = spans
                 values["device_ip_files"] = files
         values = {k: v for k, v in values.items() if v is not None}
-        return ir.Cluster(span=block.span, spans=self.spans_of(stmts), **values)
+        return ir.Cluster.model_construct(span=block.span, spans=self.spans_of(stmts), **values)
 
     def device_ips(self, expr):
         """`hccn("f")`, or a list with one entry per node: `hccn("f")` or a list of IPs.
@@ -499,7 +505,9 @@ class Lowering:
 
     def lower_pipeline(self, block: ast.Block | None, ev: Evaluator) -> ir.Pipeline:
         if block is None:
-            return ir.Pipeline(span=Span(file=self.file, line=1, col=1, end_line=1, end_col=2))
+            return ir.Pipeline.model_construct(
+                span=Span(file=self.file, line=1, col=1, end_line=1, end_col=2)
+            )
         stmts = self.keyed(block, "pipeline")
         values: dict = {}
         for key, stmt in stmts.items():
@@ -526,7 +534,7 @@ class Lowering:
                         "one of: 1f1b, gpipe, interleaved(chunks = N)",
                     )
                     continue
-                values["schedule"] = call.name
+                values["schedule"] = Schedule(call.name)
                 if call.name == Schedule.INTERLEAVED:
                     chunks = call.args.get("chunks")
                     if not isinstance(chunks, int) or chunks < 1 or set(call.args) != {"chunks"}:
@@ -538,11 +546,13 @@ class Lowering:
                         continue
                     values["chunks"] = chunks
         values = {k: v for k, v in values.items() if v is not None}
-        return ir.Pipeline(span=block.span, spans=self.spans_of(stmts), **values)
+        return ir.Pipeline.model_construct(span=block.span, spans=self.spans_of(stmts), **values)
 
     def lower_budget(self, block: ast.Block | None, ev: Evaluator) -> ir.Budget:
         if block is None:
-            return ir.Budget(span=Span(file=self.file, line=1, col=1, end_line=1, end_col=2))
+            return ir.Budget.model_construct(
+                span=Span(file=self.file, line=1, col=1, end_line=1, end_col=2)
+            )
         stmts = self.keyed(block, "budget")
         values = {}
         if "device_memory" in stmts:
@@ -562,7 +572,7 @@ class Lowering:
                 size = ev.integer(v, "device_memory")
                 if size is not None and size > 0:
                     values["device_memory"] = size
-        return ir.Budget(span=block.span, spans=self.spans_of(stmts), **values)
+        return ir.Budget.model_construct(span=block.span, spans=self.spans_of(stmts), **values)
 
     def lower_recompute(self, block: ast.Block | None) -> dict[str, ir.Recompute]:
         out: dict[str, ir.Recompute] = {}
@@ -575,7 +585,9 @@ class Lowering:
                 self.err("MSL102", f"recompute of `{layer}` is set twice", stmt.target.span)
                 continue
             if isinstance(v, ast.Name) and v.name in (RecomputeMode.FULL, RecomputeMode.NONE):
-                out[layer] = ir.Recompute(span=stmt.span, layer=layer, mode=v.name)
+                out[layer] = ir.Recompute.model_construct(
+                    span=stmt.span, layer=layer, mode=RecomputeMode(v.name)
+                )
             elif (
                 isinstance(v, ast.Call)
                 and v.func.name == "select"
@@ -583,8 +595,8 @@ class Lowering:
                 and not v.kwargs
                 and all(isinstance(a, ast.Name) for a in v.args)
             ):
-                ops = tuple(ir.TensorRef(span=a.span, name=a.name) for a in v.args)
-                out[layer] = ir.Recompute(
+                ops = tuple(ir.TensorRef.model_construct(span=a.span, name=a.name) for a in v.args)
+                out[layer] = ir.Recompute.model_construct(
                     span=stmt.span, layer=layer, mode=RecomputeMode.SELECT, ops=ops
                 )
             else:
@@ -634,9 +646,9 @@ class Lowering:
                 if buckets is None:
                     continue
             groups.append(
-                ir.FusionGroup(
+                ir.FusionGroup.model_construct(
                     span=stmt.span,
-                    kind=kind,
+                    kind=FusionKind(kind),
                     name=name,
                     patterns=tuple(patterns),
                     buckets=buckets,
@@ -662,7 +674,9 @@ class Lowering:
                 return None
             dims.append(axes)
             spans.append(item.span)
-        return ir.Sharding(span=lst.span, dims=tuple(dims), entry_spans=tuple(spans))
+        return ir.Sharding.model_construct(
+            span=lst.span, dims=tuple(dims), entry_spans=tuple(spans)
+        )
 
     def axes(self, expr) -> tuple[str, ...] | None:
         match expr:
@@ -694,7 +708,7 @@ class Lowering:
                     continue
                 dims = [ev.dim(d, "a shape dim") for d in stmt.shape.items]
                 out_sharding = self.annots(stmt.annots, None)[0]
-                decl = ir.TensorDecl(
+                decl = ir.TensorDecl.model_construct(
                     span=stmt.span,
                     name=stmt.name.name,
                     shape=tuple(d or 1 for d in dims),
@@ -748,7 +762,7 @@ class Lowering:
                 block.kind.span,
                 "end it with `output <tensor or expression>`",
             )
-        return ir.Graph(
+        return ir.Graph.model_construct(
             span=block.span,
             name=name,
             input=decl,
@@ -859,7 +873,7 @@ class Lowering:
                         "write the inner expression on its own line and use its name",
                     )
                     return None
-                inputs.append(ir.TensorRef(span=expr.span, name=expr.name))
+                inputs.append(ir.TensorRef.model_construct(span=expr.span, name=expr.name))
             elif arg.kind == "op":
                 if not isinstance(expr, ast.Name):
                     self.err("MSL116", f"`{arg.name}` must name an op", expr.span)
@@ -903,7 +917,7 @@ class Lowering:
         inputs, args, spans = [], {}, {}
         for side in (value.left, value.right):
             if isinstance(side, ast.Name) and (side.name in tensors or side.name not in ev.env):
-                inputs.append(ir.TensorRef(span=side.span, name=side.name))
+                inputs.append(ir.TensorRef.model_construct(span=side.span, name=side.name))
                 spans["ab"[len(inputs) - 1]] = side.span
             elif isinstance(side, ast.Name | ast.Number | ast.BinOp | ast.Neg):
                 if "const" in args:
@@ -936,15 +950,15 @@ class Lowering:
                 "MSL209", "a repeat takes no split; the layer's input declares it", annots[0].span
             )
         x = value.args[0]
-        return ir.OpNode(
-            span=span, name=name, kind="repeat", inputs=(ir.TensorRef(span=x.span, name=x.name),),
+        return ir.OpNode.model_construct(
+            span=span, name=name, kind="repeat", inputs=(ir.TensorRef.model_construct(span=x.span, name=x.name),),
             args={"layer": value.layer.name, "count": count},
             arg_spans={"layer": value.layer.span, "count": value.count.span},
         )  # fmt: skip
 
 
 def _op_node(span, name, kind, inputs, args, arg_spans, out, params) -> ir.OpNode:
-    return ir.OpNode(
+    return ir.OpNode.model_construct(
         span=span,
         name=name,
         kind=kind,
