@@ -73,9 +73,25 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
 
 def notes(plan: Plan) -> list[str]:
     """What a user should know about what was (not) written."""
+    found = []
     if plan.spec.cluster.device_ips is None:
-        return [
+        found.append(
             "no device_ips in the cluster block: no hccl.json and no rank_table.sh were "
             "written (launch/msrun.sh needs neither)"
-        ]
-    return []
+        )
+    train, param_dtype = plan.spec.train, plan.spec.model.param_dtype
+    asked = [
+        f"{key} = {value.value}"
+        for key, value in (
+            ("master_weights", train.master_weights),
+            ("grad_dtype", train.grad_dtype),
+        )
+        if value is not None and value != param_dtype
+    ]
+    if asked:
+        found.append(
+            f"{' and '.join(asked)} count in the estimate, but the generated train.py keeps "
+            f"parameters and gradients in param_dtype ({param_dtype.value}): see "
+            "docs/language.md, current limits of the generated code"
+        )
+    return found
