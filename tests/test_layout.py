@@ -93,6 +93,13 @@ def test_a_line_of_another_shape_goes_to_black(head):
     assert format_python(source) == _black(source)
 
 
+def test_a_call_whose_name_ends_in_a_digit_is_not_a_literal():
+    """A call's arguments share a line when they fit; only a literal's get a line each."""
+    source = "self.a_rather_long_attribute = Linear2(aaaaaaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbbbbb, cccccccccccc)\n"
+    assert lay_out(source) == _black(source)
+    assert len(lay_out(source).splitlines()) == 3
+
+
 NAMES = st.sampled_from(["x", "self.att", "NO_WEIGHT_DECAY", "step_cell", "first, end"])
 ATOMS = st.one_of(
     st.integers(0, 10**6).map(str),
@@ -121,7 +128,7 @@ def statements(draw) -> str:
     """Statements of the shapes the templates give long lines: a call (keyword
     arguments too), alone or assigned, a list, a `for` over a tuple, a dict entry."""
     shape = draw(st.sampled_from(["call", "assigned call", "list", "for", "dict"]))
-    callee = draw(st.sampled_from(["Linear", "Attention", "ops.Add"]))
+    callee = draw(st.sampled_from(["Linear", "Attention", "ops.Add", "Linear2"]))
     if shape == "call":
         return f"{callee}({', '.join(draw(ARGS))})"
     if shape == "assigned call":

@@ -33,22 +33,30 @@ class _Beyond(Exception):
     """A line this module does not know how black splits."""
 
 
-def _brackets(code: str) -> list[tuple[int, int]]:
-    """(position of an opening bracket, of its closing one) at the top level of
-    `code`, skipping strings. Raises _Beyond on what it cannot read."""
-    pairs: list[tuple[int, int]] = []
-    stack: list[int] = []
+def _outside_strings(code: str):
+    """(position, character) of each character of `code` outside its string literals.
+    Raises _Beyond on what black alone reads right: escapes, prefixed strings, comments."""
     i = 0
     while i < len(code):
         ch = code[i]
         if ch in "'\"":
             end = code.find(ch, i + 1)
             if end < 0 or "\\" in code[i:end] or code[i - 1 : i].isalpha():
-                raise _Beyond(code)  # escapes and prefixed strings: black's business
+                raise _Beyond(code)
             i = end
         elif ch == "#":
             raise _Beyond(code)
-        elif ch in "([{":
+        else:
+            yield i, ch
+        i += 1
+
+
+def _brackets(code: str) -> list[tuple[int, int]]:
+    """(position of an opening bracket, of its closing one) at the top level of `code`."""
+    pairs: list[tuple[int, int]] = []
+    stack: list[int] = []
+    for i, ch in _outside_strings(code):
+        if ch in "([{":
             stack.append(i)
         elif ch in CLOSING:
             if not stack or code[stack[-1]] != CLOSING[ch]:
@@ -56,7 +64,6 @@ def _brackets(code: str) -> list[tuple[int, int]]:
             opened = stack.pop()
             if not stack:
                 pairs.append((opened, i))
-        i += 1
     if stack:
         raise _Beyond(code)
     return pairs
@@ -64,25 +71,17 @@ def _brackets(code: str) -> list[tuple[int, int]]:
 
 def _items(body: str) -> list[str]:
     """The comma-separated items of a bracket's contents."""
-    items: list[str] = []
-    depth = start = 0
-    i = 0
-    while i < len(body):
-        ch = body[i]
-        if ch in "'\"":
-            i = body.find(ch, i + 1)
-        elif ch in "([{":
+    cuts = [-1]
+    depth = 0
+    for i, ch in _outside_strings(body):
+        if ch in "([{":
             depth += 1
-        elif ch in ")]}":
+        elif ch in CLOSING:
             depth -= 1
         elif ch == "," and depth == 0:
-            items.append(body[start:i].strip())
-            start = i + 1
-        i += 1
-    last = body[start:].strip()
-    if last:
-        items.append(last)
-    return items
+            cuts.append(i)
+    items = [body[a + 1 : b].strip() for a, b in zip(cuts, cuts[1:] + [len(body)])]
+    return items if items[-1] else items[:-1]
 
 
 def _fits(line: str) -> bool:
@@ -105,7 +104,8 @@ def _split(indent: str, code: str) -> list[str]:
     # A bracket that opens a literal (a tuple, list or dict, not a call's or a
     # subscript's) with commas inside always gets an item a line (black's
     # linegen.should_split_line); a trailing comma left by the author does too.
-    literal = not (head[-2:-1].isidentifier() or head[-2:-1] in ")]}")
+    before = head[-2:-1]  # HEADS leaves a name's last character or a space there
+    literal = not (before.isalnum() or before == "_")
     trailing = body.rstrip().endswith(",")
     if literal:
         explode = len(items) > 1 or (trailing and head[-1] != "(")
