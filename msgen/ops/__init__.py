@@ -39,9 +39,7 @@ CALLABLE = sorted(name for name in OPS if name not in OPERATORS.values())
 def imported_names() -> frozenset[str]:
     """Every name a generated model.py may import: its shell's, and each op's under
     any settings."""
-    ops = [line for op in OPS.values() for line in op.imports]
-    ops += [line for op in OPS.values() for lines in op.setting_imports.values() for line in lines]
-    return bound([*SHELL, *LAZY_INLINE, *ops])
+    return bound([*SHELL, *LAZY_INLINE, *(line for op in OPS.values() for line in op.imports_of())])
 
 
 __all__ = ["OPS", "OPERATORS", "CALLABLE", "OpDef", "imported_names"]

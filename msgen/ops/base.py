@@ -255,9 +255,10 @@ class OpDef:
         the emitter's records of every op of this kind in the model."""
         return {}
 
-    def imports_of(self, op) -> tuple[str, ...]:
-        """What one op's code imports, given the emitter's record of it (as for `code`)."""
-        added = (lines for key, lines in self.setting_imports.items() if op.setting(key))
+    def imports_of(self, op=None) -> tuple[str, ...]:
+        """What one op's code imports, given the emitter's record of it (as for `code`);
+        without one, what the op's code may import under any settings."""
+        added = (v for k, v in self.setting_imports.items() if op is None or op.setting(k))
         return self.imports + tuple(line for lines in added for line in lines)
 
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):

@@ -157,10 +157,11 @@ LARK_OPTIONS = {
     "propagate_positions": True,
     "maybe_placeholders": False,
 }
-CODE_OPTIONS = ("postlex", "lexer_callbacks")
 
 
-def _code_options() -> dict:
+def code_options() -> dict:
+    """The options that are code: given when the parser is built or loaded, never
+    stored in the tables."""
     return {"postlex": _Statements(), "lexer_callbacks": {"COMMENT": _comment}}
 
 
@@ -174,7 +175,7 @@ def grammar_sha256(source: bytes) -> str:
 
 def build_parser(source: bytes) -> Lark:
     """The parser built from the grammar: lark analyses it and makes the LALR tables."""
-    return Lark(source.decode("utf-8"), **LARK_OPTIONS, **_code_options())
+    return Lark(source.decode("utf-8"), **LARK_OPTIONS, **code_options())
 
 
 def tables_fit(source: bytes, tables: ModuleType) -> bool:
@@ -188,7 +189,7 @@ def parser_for(source: bytes, tables: ModuleType) -> Lark:
     if not tables_fit(source, tables):
         return build_parser(source)
     # lark's own cache loads its tables this way (lark.Lark.__init__ with cache=True).
-    return Lark._load_from_dict(tables.DATA, tables.MEMO, **_code_options())
+    return Lark._load_from_dict(tables.DATA, tables.MEMO, **code_options())
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ import lark
 from lark.grammar import Rule
 from lark.lexer import TerminalDef
 
-from msgen.syntax.parser import CODE_OPTIONS, build_parser, grammar_sha256
+from msgen.syntax.parser import build_parser, code_options, grammar_sha256
 
 HEADER = '''"""Generated from grammar/msl.lark by `python -m msgen.commands.tables` (make tables).
 DO NOT EDIT: edit the grammar and regenerate. Until then msgen builds the parser from
@@ -28,7 +28,8 @@ the grammar (GRAMMAR_SHA256 no longer matches it)."""
 def render(source: bytes) -> str:
     """The text of the tables module for the grammar `source`."""
     data, memo = build_parser(source).memo_serialize([TerminalDef, Rule])
-    data["options"] = {k: v for k, v in data["options"].items() if k not in CODE_OPTIONS}
+    code = code_options()
+    data["options"] = {k: v for k, v in data["options"].items() if k not in code}
 
     def literal(value) -> str:
         return pprint.pformat(value, width=100, compact=True, sort_dicts=False)
