@@ -197,6 +197,14 @@ def _spec_command(sub, name, help_text, func, many=False):
     return p
 
 
+def add_set_option(p) -> None:
+    """`--set BLOCK.KEY=VALUE`: the one declaration of the what-if every command that
+    reads a spec as it will be compiled shares (same name, metavar and help)."""
+    p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
+                   help="change a value of the spec for this run, e.g. --set mesh.tp=4 "
+                   "(repeatable)")  # fmt: skip
+
+
 def _check_command(sub) -> None:
     _spec_command(sub, "check", "report every mistake in specs, without writing anything",
                   cmd_check, many=True)  # fmt: skip
@@ -207,8 +215,7 @@ def _estimate_command(sub) -> None:
                       cmd_estimate)  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--svg", metavar="FILE", help="also draw the stages as a stacked-bar SVG")
-    p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
-                   help="what-if: change a value for this run, e.g. --set mesh.tp=4")  # fmt: skip
+    add_set_option(p)
 
 
 def _plan_command(sub) -> None:
@@ -233,8 +240,7 @@ def _compile_command(sub) -> None:
                    help="write nothing; print a diff and exit 3 if the tree is stale")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="overwrite files in the output folder that msgen did not write")  # fmt: skip
-    p.add_argument("--set", action="append", default=[], metavar="BLOCK.KEY=VALUE",
-                   help="change a value for this run, e.g. --set mesh.tp=4")  # fmt: skip
+    add_set_option(p)
 
 
 def _data_command(sub) -> None:
