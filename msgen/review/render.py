@@ -1,0 +1,84 @@
+"""A DiffReport as text for a terminal, or as Markdown for a pull-request comment:
+the verdict first, then a section per area that changed (collapsible in Markdown),
+tables with their numbers aligned."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from msgen.review.model import DiffReport
+from msgen.review.sections import Table, sections
+
+
+def _widths(table: Table, cells: list[tuple[str, ...]]) -> list[int]:
+    return [max(len(row[i]) for row in cells) for i in range(len(table.heads))]
+
+
+def _pad(cell: str, width: int, kind: str) -> str:
+    return cell.rjust(width) if kind == "n" else cell.ljust(width)
+
+
+def text_table(table: Table) -> list[str]:
+    cells = [table.heads, *table.rows]
+    widths = _widths(table, cells)
+    return [
+        "  "
+        + "  ".join(
+            _pad(c, w, k) for c, w, k in zip(row, widths, table.kinds, strict=True)
+        ).rstrip()
+        for row in cells
+    ]
+
+
+def render_text(report: DiffReport) -> str:
+    lines = [f"msgen diff {report.old.label} → {report.new.label}", report.verdict]
+    for section in sections(report):
+        lines += ["", f"{section.title} ({section.summary}):"]
+        for i, table in enumerate(section.tables):
+            lines += ([""] if i else []) + text_table(table)
+    lines += [f"note: {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str, kind: str) -> str:
+    """A table cell: code verbatim in backticks (a pattern's `*` is no emphasis); a
+    pipe escaped, which GitHub's tables need inside code spans too."""
+    if kind == "c" and text != "—":
+        text = f"`` {text} ``" if "`" in text else f"`{text}`"
+    return text.replace("|", "\\|")
+
+
+def markdown_table(table: Table) -> list[str]:
+    body = [tuple(_cell(c, k) for c, k in zip(row, table.kinds, strict=True)) for row in table.rows]
+    cells = [table.heads, *body]
+    widths = [max(w, 3) for w in _widths(table, cells)]
+    rule = tuple(("-" * (w - 1) + ":") if k == "n" else (":" + "-" * (w - 1))
+                 for w, k in zip(widths, table.kinds, strict=True))  # fmt: skip
+    return [
+        "| "
+        + " | ".join(_pad(c, w, k) for c, w, k in zip(row, widths, table.kinds, strict=True))
+        + " |"
+        for row in (table.heads, rule, *body)
+    ]
+
+
+def render_markdown(report: DiffReport) -> str:
+    lines = [
+        f"### msgen diff `{report.old.label}` → `{report.new.label}`",
+        "",
+        f"**{report.verdict}**",
+    ]
+    for section in sections(report):
+        summary = html.escape(f"{section.title}: {section.summary}", quote=False)
+        lines += ["", f"<details><summary>{summary}</summary>"]
+        for table in section.tables:
+            lines += ["", *markdown_table(table)]
+        lines += ["", "</details>"]
+    if report.notes:
+        lines += [""] + [f"> {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: DiffReport) -> str:
+    return json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
