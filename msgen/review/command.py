@@ -10,6 +10,7 @@ from msgen.commands.files import write_output
 from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError
 from msgen.compiler import Result, analyze, analyze_text, display_path, spec_label
 from msgen.review.diff import diff_sides
+from msgen.review.model import DiffReport
 from msgen.review.render import render_json, render_markdown, render_text
 from msgen.review.sides import load_side
 from msgen.syntax.overrides import override_keys
@@ -47,14 +48,19 @@ def _old(options: DiffOptions) -> tuple[str, Result]:
     return label, analyze_text(text, label, options.new.parent)
 
 
-def diff_command(options: DiffOptions) -> int:
-    """Print (or write) the diff; 1 when NEW has errors or is over its budget."""
+def diff_report(options: DiffOptions) -> DiffReport:
     new_result = _read(options.new, options.overrides)
     old_label, old_result = _old(options)
     emitted_as = display_path(options.new)
     old = load_side(old_label, old_result, emitted_as)
     new = load_side(new_result.file, new_result, emitted_as)
-    text = RENDER[options.format](diff_sides(old, new, override_keys(list(options.overrides))))
+    return diff_sides(old, new, override_keys(list(options.overrides)))
+
+
+def diff_command(options: DiffOptions) -> int:
+    """Print (or write) the diff; 1 when NEW has errors or is over its budget."""
+    report = diff_report(options)
+    text = RENDER[options.format](report)
     if options.output is None:
         sys.stdout.write(text)
     else:
@@ -62,4 +68,4 @@ def diff_command(options: DiffOptions) -> int:
         if options.old is not None and target.exists() and target.samefile(options.old):
             raise UsageError(f"-o {options.output} is the spec itself; name another file")
         write_output("-o", options.output, options.new, text)
-    return EXIT_OK if new.status == "ok" else EXIT_ERRORS
+    return EXIT_OK if report.new.status == "ok" else EXIT_ERRORS

@@ -48,7 +48,8 @@ def op_facts(spec: Spec, context: ModelContext, plan: dict) -> dict[tuple[str, s
     """(graph, op) -> aspect -> its text (None: the op has none)."""
     out: dict[tuple[str, str], dict] = {}
     for layer in context.layers:
-        out[(layer.name, LAYER)] = {"recompute": "full" if layer.recompute else None}
+        rc = spec.recompute.get(layer.name)
+        out[(layer.name, LAYER)] = {"recompute": show(rc.mode) if rc else "none"}
         out |= {(layer.name, op.name): _op(op) for op in layer.ops}
     out |= {("network", op.name): _op(op) for op in context.network.ops if op.kind != "repeat"}
     for key, call in _calls(spec).items():
