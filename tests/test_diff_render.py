@@ -153,3 +153,9 @@ def test_set_changes_new_only(capsys):
     dp = next(s for s in doc["settings"] if s["setting"] == "mesh.dp")
     assert (dp["old"], dp["new"]) == ("4", "2")
     assert any("dp 4 → 2" in note for note in doc["notes"])
+
+
+def test_the_docs_example_is_the_golden_markdown():
+    doc = (SCHEMA.parent / "diff.md").read_text(encoding="utf-8")
+    example = doc.split("````markdown\n", 1)[1].split("````", 1)[0]
+    assert example == (CASES_DIR / "recompute" / "expected.md").read_text(encoding="utf-8")
