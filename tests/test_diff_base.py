@@ -89,3 +89,11 @@ def test_base_with_an_unknown_revision(repo, capsys):
         assert code == 2 and "no such revision" in err
         code, _, err = run(capsys, "--base=--output=x", "specs/model.msl")
         assert code == 2 and "cannot start with '-'" in err
+
+
+def test_set_with_base_changes_the_working_copy_only(repo, capsys):
+    with inside(repo):
+        code, out, _ = run(capsys, "--base", "HEAD", "specs/model.msl", "--set", "train.seed=7",
+                           "--format", "json")  # fmt: skip
+    changes = [(s["setting"], s["old"], s["new"]) for s in json.loads(out)["settings"]]
+    assert (code, changes) == (0, [("train.seed", "1234", "7")])

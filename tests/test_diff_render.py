@@ -15,7 +15,8 @@ from markdown_it import MarkdownIt
 from test_diff import CASES, CASES_DIR, SCHEMA, inside, report, run
 
 from msgen.review.model import DiffReport
-from msgen.review.render import render_markdown
+from msgen.review.render import markdown_table, render_markdown
+from msgen.review.sections import Table
 
 # What each section's tables are headed with, as the issue names the areas.
 HEADS = {
@@ -37,7 +38,7 @@ NUMERIC = {
 def tables(tokens) -> list[dict]:
     """Each table: its section (the summary before it), its header cells, its body rows
     as lists of cell texts, and each header cell's alignment."""
-    out, section, row, cells = [], None, None, None
+    out, section, row = [], None, None
     for i, t in enumerate(tokens):
         if t.type == "html_block" and "<summary>" in t.content:
             section = t.content.split("<summary>")[1].split(":")[0]
@@ -46,8 +47,9 @@ def tables(tokens) -> list[dict]:
         elif t.type == "tr_open":
             row = []
         elif t.type in ("th_open", "td_open"):
-            cells = tokens[i + 1].content
-            row.append(cells)
+            # the cell as a reader sees it: its text and code, markup gone
+            inline = tokens[i + 1].children or []
+            row.append("".join(c.content for c in inline if c.type in ("text", "code_inline")))
             if t.type == "th_open":
                 out[-1]["align"].append(t.attrGet("style"))
         elif t.type == "tr_close":
@@ -159,3 +161,20 @@ def test_the_docs_example_is_the_golden_markdown():
     doc = (SCHEMA.parent / "diff.md").read_text(encoding="utf-8")
     example = doc.split("````markdown\n", 1)[1].split("````", 1)[0]
     assert example == (CASES_DIR / "recompute" / "expected.md").read_text(encoding="utf-8")
+
+
+def test_cells_read_as_written_whatever_they_hold():
+    """Emphasis, links, HTML, code and pipes in a value stay text in the table."""
+    hostile = "a *b* __c__ [d](e) <f> `g` | h\\"
+    table = Table(("text", "code"), "tc", [(hostile, hostile)])
+    md = MarkdownIt("commonmark").enable("table")
+    (found,) = tables(md.parse("\n".join(markdown_table(table)) + "\n"))
+    assert found["rows"] == [[hostile, hostile]]
+
+
+def test_the_diagnostics_of_a_new_with_errors_are_in_the_markdown():
+    md = MarkdownIt("commonmark").enable("table")
+    r = report("new_errors")
+    (diags,) = [t for t in tables(md.parse(render_markdown(r))) if t["section"] == "new.msl"]
+    assert [row[3] for row in diags["rows"]] == [d.message for d in r.new.diagnostics]
+    assert [row[2] for row in diags["rows"]] == ["MSL301", "MSL201", "MSL303"]

@@ -70,7 +70,7 @@ def verdict(old: Side, new: Side, changed: bool) -> str:
         return "no change: the same settings, memory, step time, strategies and generated files"
     if old.estimate is None:
         fits = "fits" if new.estimate["fits"] else "does not fit"
-        return f"{_errors(old)}; now it {fits}"
+        return f"{_errors(old)}; {new.label} {fits}"
     parts = [
         FITS[(old.estimate["fits"], new.estimate["fits"])],
         memory_phrase(old.estimate, new.estimate),
