@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 from msgen.review.model import DiffReport
 from msgen.review.sections import Table, sections
@@ -41,12 +42,18 @@ def render_text(report: DiffReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def escape(text: str) -> str:
+    """Text Markdown shows as written: its punctuation that could start emphasis, a
+    link, code or HTML backslashed."""
+    return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", text)
+
+
 def _cell(text: str, kind: str) -> str:
-    """A table cell: code verbatim in backticks (a pattern's `*` is no emphasis); a
-    pipe escaped, which GitHub's tables need inside code spans too."""
-    if kind == "c" and text != "—":
-        text = f"`` {text} ``" if "`" in text else f"`{text}`"
-    return text.replace("|", "\\|")
+    """A table cell: code verbatim in backticks (a pattern's `*` is no emphasis), other
+    text escaped; a pipe escaped in both, as GitHub's tables need."""
+    if kind != "c" or text == "—":
+        return escape(text)
+    return (f"`` {text} ``" if "`" in text else f"`{text}`").replace("|", "\\|")
 
 
 def markdown_table(table: Table) -> list[str]:
@@ -67,7 +74,7 @@ def render_markdown(report: DiffReport) -> str:
     lines = [
         f"### msgen diff `{report.old.label}` → `{report.new.label}`",
         "",
-        f"**{report.verdict}**",
+        f"**{escape(report.verdict)}**",
     ]
     for section in sections(report):
         summary = html.escape(f"{section.title}: {section.summary}", quote=False)
