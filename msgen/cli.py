@@ -169,7 +169,9 @@ def cmd_diff(args) -> int:
         raise UsageError("diff --base REF compares one spec with its version at REF")
     paths = [Path(p) for p in args.specs]
     old = paths[0] if args.base is None else None
-    options = DiffOptions(paths[-1], old, args.base, tuple(args.set), args.format, args.output)
+    if args.to_file == "":
+        raise UsageError("-o needs a file name")
+    options = DiffOptions(paths[-1], old, args.base, tuple(args.set), args.format, args.to_file)
     return diff_command(options)
 
 
@@ -291,7 +293,8 @@ def _diff_command(sub) -> None:
                    help="compare SPEC with its version at the git revision REF")  # fmt: skip
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="text (default), markdown (a pull-request comment) or json")  # fmt: skip
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-o", "--output", dest="to_file", metavar="FILE",
+                   help="write to FILE instead of stdout")  # fmt: skip
     add_set_option(p)  # NEW only: what the change would do with this value
     p.set_defaults(func=cmd_diff)
 

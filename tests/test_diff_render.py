@@ -124,6 +124,11 @@ def test_the_same_bytes_whatever_the_hash_seed():
 def test_usage_errors_are_one_line_and_exit_2(capsys, tmp_path):
     with inside(CASES_DIR / "tp"):
         assert run(capsys, "old.msl")[0] == 2
+        assert run(capsys, "old.msl", "new.msl", "-o", "") == (
+            2,
+            "",
+            "msgen: error: -o needs a file name\n",
+        )
         code, out, err = run(capsys, "old.msl", "missing.msl")
         assert (code, out, err) == (2, "", "msgen: error: no such spec file: missing.msl\n")
         code, _, err = run(capsys, "old.msl", "new.msl", "--base", "HEAD")

@@ -104,8 +104,8 @@ class FileChange(_Data):
 class DiffReport(_Data):
     old: SideReport
     new: SideReport
-    verdict: str
-    changed: bool
+    verdict: str = Field(description="the one line a reviewer reads first")
+    changed: bool = Field(description="anything differs: a status, a setting, a number, a file")
     settings: list[SettingChange] | None
     memory: MemoryDiff | None
     time: TimeDiff | None
