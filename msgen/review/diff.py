@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from msgen.diagnostics import format_bytes
+from msgen.estimate.report import gib
 from msgen.estimate.time_report import seconds
 from msgen.review.compare import compare_files, compare_memory, compare_time
 from msgen.review.model import DiffReport
+from msgen.review.numbers import count, delta
 from msgen.review.settings import compare_settings
 from msgen.review.sides import Side
 from msgen.review.strategies import compare_ops, compare_params, op_facts, param_facts
@@ -18,14 +19,10 @@ FITS = {
 }
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def _errors(side: Side) -> str:
     codes = sorted({d.code for d in side.result.diagnostics if d.is_error})
     n = sum(d.is_error for d in side.result.diagnostics)
-    return f"{side.label} has {_count(n, 'error')} ({', '.join(codes)})"
+    return f"{side.label} has {count(n, 'error')} ({', '.join(codes)})"
 
 
 def _peak(est: dict) -> tuple[int, int]:
@@ -33,21 +30,14 @@ def _peak(est: dict) -> tuple[int, int]:
     return max((s["total_bytes"], -s["stage"]) for s in est["stages"])
 
 
-def _signed_bytes(n: int) -> str:
-    return ("+" if n >= 0 else "-") + format_bytes(abs(n))
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f}"
-
-
 def memory_phrase(old: dict, new: dict) -> str:
     (a, _), (b, stage) = _peak(old), _peak(new)
     budget = new["budget_bytes"]
-    of = f" of {_gib(budget)} GiB" if budget else " GiB"
+    of = f" of {gib(budget)} GiB" if budget else " GiB"
     if a == b:
-        return f"peak unchanged ({_gib(b)}{of})"
-    return f"peak {_signed_bytes(b - a)} on stage {-stage} ({_gib(a)} → {_gib(b)}{of})"
+        return f"peak unchanged ({gib(b)}{of})"
+    change = delta("total_bytes", b - a)
+    return f"peak {change} on stage {-stage} ({gib(a)} → {gib(b)}{of})"
 
 
 def time_phrase(old: dict | None, new: dict | None) -> str | None:
@@ -57,9 +47,8 @@ def time_phrase(old: dict | None, new: dict | None) -> str | None:
     if a == b:
         return f"step unchanged ({seconds(b)})"
     pct = (b / a - 1) * 100
-    return f"step {pct:+.0f}% ({seconds(a)} → {seconds(b)})" if abs(pct) >= 1 else (
-        f"step {pct:+.1f}% ({seconds(a)} → {seconds(b)})"
-    )  # fmt: skip
+    digits = 0 if abs(pct) >= 1 else 1  # a change under 1% is not "+0%"
+    return f"step {pct:+.{digits}f}% ({seconds(a)} → {seconds(b)})"
 
 
 def verdict(old: Side, new: Side, changed: bool) -> str:
@@ -103,8 +92,8 @@ def diff_sides(old: Side, new: Side, set_keys: set[str] = frozenset()) -> DiffRe
     notes = []
     if new.status == "over budget":
         notes.append(
-            "NEW is over its budget: compile refuses to write it; the files are those it "
-            "would write"
+            f"{new.label} is over its budget: compile refuses to write it; the files are "
+            "those it would write"
         )
     if new.result.rederived:
         notes.append(

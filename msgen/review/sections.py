@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from msgen.diagnostics import format_bytes
 from msgen.estimate.report import ROWS
-from msgen.estimate.time_report import TERMS, seconds
+from msgen.estimate.time_report import TERMS
 from msgen.review.model import DiffReport, Item, SideReport
+from msgen.review.numbers import NONE, count, delta, value
 
-NONE = "—"
 NAMES = (
     dict(ROWS)
     | dict(TERMS)
@@ -43,35 +42,6 @@ class Section:
     tables: list[Table] = field(default_factory=list)
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def _signed(text: str, negative: bool) -> str:
-    return ("-" if negative else "+") + text
-
-
-def value(key: str, x) -> str:
-    """An estimate item as `msgen estimate` prints it."""
-    if x is None:
-        return NONE
-    if key in ("mfu", "hfu"):
-        return f"{x:.1%}"
-    if key.endswith("_s"):
-        return seconds(x)
-    if key.endswith("_bytes") or key.startswith("budget"):
-        return format_bytes(x)
-    return f"{x:,.0f}"
-
-
-def delta(key: str, d) -> str:
-    if d is None:
-        return NONE
-    if key in ("mfu", "hfu"):
-        return f"{d * 100:+.1f} pp"
-    return _signed(value(key, abs(d)), d < 0)
-
-
 def _item_row(lead: tuple[str, ...], i: Item) -> tuple[str, ...]:
     return (
         *lead,
@@ -95,7 +65,7 @@ def diagnostics(side: SideReport) -> Section | None:
         return None
     rows = [(m.severity, str(m.line or ""), m.code, m.message) for m in side.diagnostics]
     table = Table(("severity", "line", "code", "message"), "tntt", rows)
-    return Section(f"{side.label}: {side.status}", _count(len(rows), "diagnostic"), [table])
+    return Section(f"{side.label}: {side.status}", count(len(rows), "diagnostic"), [table])
 
 
 def settings(report: DiffReport) -> Section | None:
@@ -126,7 +96,7 @@ def memory(report: DiffReport) -> Section | None:
         rows.append((str(s.stage), "verdict", _fits(s.fits_old), _fits(s.fits_new), ""))
     table = Table(("stage", "item", "old", "new", "delta"), "ttnnn", rows)
     changed = [s for s in m.stages if s.change == "changed"]
-    parts = [_count(len(changed), "stage") + " changed"] if changed else []
+    parts = [count(len(changed), "stage") + " changed"] if changed else []
     parts += [f"stage {s.stage} {s.change}" for s in m.stages if s.change != "changed"]
     return Section("Memory per device", ", ".join(parts) or "totals unchanged", [table])
 
@@ -151,7 +121,7 @@ def ops(report: DiffReport) -> Section | None:
         return None
     rows = [(f"{o.graph}.{o.op}", o.aspect, o.old or NONE, o.new or NONE) for o in report.ops]
     n = len({(o.graph, o.op) for o in report.ops})
-    return Section("Ops", f"{_count(n, 'op')} changed",
+    return Section("Ops", f"{count(n, 'op')} changed",
                    [Table(("op", "aspect", "old", "new"), "ctcc", rows)])  # fmt: skip
 
 
@@ -179,7 +149,7 @@ def files(report: DiffReport) -> Section | None:
         for f in report.files
     ]
     table = Table(("file", "change", "old lines", "new lines", "added", "removed"), "ctnnnn", rows)
-    return Section("Generated files", f"{_count(len(rows), 'file')} changed", [table])
+    return Section("Generated files", f"{count(len(rows), 'file')} changed", [table])
 
 
 def sections(report: DiffReport) -> list[Section]:
