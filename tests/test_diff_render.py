@@ -183,3 +183,24 @@ def test_the_diagnostics_of_a_new_with_errors_are_in_the_markdown():
     (diags,) = [t for t in tables(md.parse(render_markdown(r))) if t["section"] == "new.msl"]
     assert [row[3] for row in diags["rows"]] == [d.message for d in r.new.diagnostics]
     assert [row[2] for row in diags["rows"]] == ["MSL301", "MSL201", "MSL303"]
+
+
+def test_an_old_with_errors_is_reported_and_the_change_that_fixes_it_exits_0(capsys):
+    with inside(CASES_DIR / "new_errors"):
+        code, out, _ = run(capsys, "new.msl", "old.msl", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["verdict"] == "new.msl has 3 errors (MSL201, MSL301, MSL303); old.msl fits"
+    assert doc["old"]["status"] == "errors" and doc["new"]["status"] == "ok"
+    assert [s["setting"] for s in doc["settings"]] == ["mesh.tp"]
+    assert doc["memory"] is doc["files"] is None  # nothing to compare them with
+
+
+def test_a_new_that_does_not_parse_compares_nothing_but_says_why(capsys, tmp_path):
+    (tmp_path / "broken.msl").write_text("msl 0.1\nmodel x {\n", encoding="utf-8")
+    with inside(CASES_DIR / "tp"):
+        code, out, _ = run(capsys, "old.msl", str(tmp_path / "broken.msl"), "--format", "json")
+    doc = json.loads(out)
+    assert code == 1
+    assert [d["code"] for d in doc["new"]["diagnostics"]] == ["MSL003"]
+    assert doc["settings"] is None and doc["verdict"].endswith("MSL003): it does not compile")

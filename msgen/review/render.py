@@ -48,12 +48,17 @@ def escape(text: str) -> str:
     return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", text)
 
 
+def code(text: str) -> str:
+    """Text verbatim in a code span (a pattern's `*` is no emphasis)."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def _cell(text: str, kind: str) -> str:
-    """A table cell: code verbatim in backticks (a pattern's `*` is no emphasis), other
-    text escaped; a pipe escaped in both, as GitHub's tables need."""
+    """A table cell: code in a code span, other text escaped; a pipe escaped in both,
+    as GitHub's tables need."""
     if kind != "c" or text == "—":
         return escape(text)
-    return (f"`` {text} ``" if "`" in text else f"`{text}`").replace("|", "\\|")
+    return code(text).replace("|", "\\|")
 
 
 def markdown_table(table: Table) -> list[str]:
@@ -72,7 +77,7 @@ def markdown_table(table: Table) -> list[str]:
 
 def render_markdown(report: DiffReport) -> str:
     lines = [
-        f"### msgen diff `{report.old.label}` → `{report.new.label}`",
+        f"### msgen diff {code(report.old.label)} → {code(report.new.label)}",
         "",
         f"**{escape(report.verdict)}**",
     ]
@@ -83,7 +88,7 @@ def render_markdown(report: DiffReport) -> str:
             lines += ["", *markdown_table(table)]
         lines += ["", "</details>"]
     if report.notes:
-        lines += [""] + [f"> {note}" for note in report.notes]
+        lines += [""] + [f"> {escape(note)}" for note in report.notes]
     return "\n".join(lines) + "\n"
 
 
