@@ -57,7 +57,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def test_every_case_named_by_the_issue_is_here():
     assert set(CASES) == {"tp", "pp_adds_stage", "recompute", "fusion", "batch",
                           "model_dim", "unchanged", "new_errors", "over_budget",
-                          "device_ips_added", "device_ips_removed"}  # fmt: skip
+                          "device_ips_added", "device_ips_removed", "sharding"}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -160,6 +160,7 @@ def test_set_changes_new_only(capsys):
     dp = next(s for s in doc["settings"] if s["setting"] == "mesh.dp")
     assert (dp["old"], dp["new"]) == ("4", "2")
     assert any("dp 4 → 2" in note for note in doc["notes"])
+    assert doc["new"]["label"] == "old.msl --set mesh.tp=4"
 
 
 def test_the_docs_example_is_the_golden_markdown():

@@ -53,7 +53,8 @@ def diff_report(options: DiffOptions) -> DiffReport:
     old_label, old_result = _old(options)
     emitted_as = display_path(options.new)
     old = load_side(old_label, old_result, emitted_as)
-    new = load_side(new_result.file, new_result, emitted_as)
+    sets = "".join(f" --set {o}" for o in options.overrides)  # NEW and OLD may be one file
+    new = load_side(new_result.file + sets, new_result, emitted_as)
     return diff_sides(old, new, override_keys(list(options.overrides)))
 
 
