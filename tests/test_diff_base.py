@@ -5,10 +5,14 @@ revision, a spec that did not exist at REF: one line and exit 2."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 from test_diff import CASES_DIR, inside, run
 
 
@@ -97,3 +101,42 @@ def test_set_with_base_changes_the_working_copy_only(repo, capsys):
                            "--format", "json")  # fmt: skip
     changes = [(s["setting"], s["old"], s["new"]) for s in json.loads(out)["settings"]]
     assert (code, changes) == (0, [("train.seed", "1234", "7")])
+
+
+def recipe_step() -> str:
+    """The shell of docs/diff.md's GitHub Actions step that runs the diffs, with the
+    base branch GitHub would fill in."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "diff.md").read_text(encoding="utf-8")
+    workflow = yaml.safe_load(doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    (step,) = [s for s in workflow["jobs"]["diff"]["steps"] if s.get("id") == "diff"]
+    return step["run"].replace("${{ github.base_ref }}", "main")
+
+
+@pytest.mark.parametrize("case,status", [("tp", "0"), ("new_errors", "1")])
+def test_the_ci_recipe_runs_as_documented(case, status, tmp_path, monkeypatch):
+    """A pull request that edits one spec and adds another: one diff, posted as
+    Markdown; the job's status is 1 when the edited spec no longer compiles."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    (tmp_path / "specs").mkdir()
+    git(tmp_path, "init", "-q", "-b", "main")
+    shutil.copy(CASES_DIR / case / "old.msl", tmp_path / "specs" / "model.msl")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "base")
+    git(tmp_path, "update-ref", "refs/remotes/origin/main", "HEAD")
+    git(tmp_path, "checkout", "-q", "-b", "change")
+    shutil.copy(CASES_DIR / case / "new.msl", tmp_path / "specs" / "model.msl")
+    shutil.copy(CASES_DIR / case / "old.msl", tmp_path / "specs" / "added.msl")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "change")
+    env = dict(os.environ, GITHUB_OUTPUT=str(tmp_path / "output"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # fmt: skip
+    # as GitHub runs a step's script
+    subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", recipe_step()],
+                   cwd=tmp_path, env=env, check=True)  # fmt: skip
+    assert (tmp_path / "output").read_text() == f"status={status}\n"
+    posted = (tmp_path / "diff.md").read_text(encoding="utf-8")
+    want = (CASES_DIR / case / "expected.md").read_text(encoding="utf-8")
+    want = want.replace("old.msl", "origin/main:specs/model.msl").replace(
+        "new.msl", "specs/model.msl"
+    )
+    assert posted == want + "\n"  # the added spec has no diff
