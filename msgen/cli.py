@@ -181,6 +181,17 @@ def cmd_import(args) -> int:
     return import_command(options)
 
 
+def cmd_ckpt(args) -> int:
+    from msgen.hf.ckpt import CkptOptions, from_hf, to_hf_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    if not result.ok:
+        return EXIT_ERRORS
+    options = CkptOptions(Path(args.file), Path(args.source), Path(args.output), args.force)
+    run = {"from-hf": from_hf, "to-hf": to_hf_command}[args.action]
+    return run(result, options)
+
+
 def cmd_fmt(args) -> int:
     from msgen.commands.fmt import FmtOptions, fmt_command
 
@@ -312,6 +323,24 @@ def _import_command(sub) -> None:
     p.set_defaults(func=cmd_import)
 
 
+def _ckpt_command(sub) -> None:
+    text = "checkpoints in and out: Hugging Face safetensors to msgen's and back"
+    p = sub.add_parser("ckpt", help=text, description=text)
+    p.add_argument("action", choices=("from-hf", "to-hf"),
+                   help="from-hf: a Hugging Face folder to the checkpoint train.py "
+                   "--init-from loads; to-hf: a checkpoint back to safetensors")  # fmt: skip
+    p.add_argument("file", metavar="SPEC")
+    p.add_argument("source", metavar="DIR",
+                   help="from-hf: the Hugging Face model folder; to-hf: the folder from-hf "
+                   "wrote, or a one-rank run's output folder")  # fmt: skip
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
+    p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
+    p.add_argument("--error-format", choices=("text", "json", "github"), default="text",
+                   help="how diagnostics are printed (default: text)")  # fmt: skip
+    add_set_option(p)
+    p.set_defaults(func=cmd_ckpt)
+
+
 def _fmt_command(sub) -> None:
     text = "rewrite specs in the canonical layout, keeping comments"
     p = sub.add_parser("fmt", help=text, description=text)
@@ -337,6 +366,7 @@ SUBCOMMANDS = {
     "compile": _compile_command,
     "data": _data_command,
     "import": _import_command,
+    "ckpt": _ckpt_command,
     "fmt": _fmt_command,
     "explain": _explain_command,
 }
