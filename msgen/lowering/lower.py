@@ -879,6 +879,15 @@ class Lowering:
                     self.err("MSL116", f"`{arg.name}` must name an op", expr.span)
                     return None
                 args[arg.name] = expr.name
+            elif arg.kind == "name":
+                if not (isinstance(expr, ast.Name) and expr.name in arg.choices):
+                    self.err(
+                        "MSL116",
+                        f"`{arg.name}` of {kind} is one of {', '.join(arg.choices)}",
+                        expr.span,
+                    )
+                    return None
+                args[arg.name] = expr.name
             elif arg.kind == "bool":
                 if not (isinstance(expr, ast.Name) and expr.name in ("true", "false")):
                     self.err("MSL116", f"`{arg.name}` of {kind} is `true` or `false`", expr.span)

@@ -25,9 +25,10 @@ from msgen.ir.schema import REQUIRED
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str  # tensor | int | float | bool | op
+    kind: str  # tensor | int | float | bool | op | name (one of `choices`)
     default: object = REQUIRED
     within: str | None = None  # a float's interval, "[0, 1)" or "(0, inf)" (MSL126)
+    choices: tuple[str, ...] = ()  # a name's allowed values
 
     def allows(self, value: float) -> bool:
         low, high = (float(end) for end in self.within[1:-1].split(","))
