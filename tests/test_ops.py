@@ -81,8 +81,8 @@ def names(source: str) -> tuple[set[str], set[str]]:
     return read, defined
 
 
-def fragment(helper: str, flash: bool) -> str:
-    return template(f"ops/{helper}.py.j2").render(flash=flash)
+def fragment(helper: str, flash: bool, qk_norm: bool = True) -> str:
+    return template(f"ops/{helper}.py.j2").render(flash=flash, qk_norm=qk_norm)
 
 
 def shell_names(name: str) -> set[str]:
@@ -102,7 +102,8 @@ def test_each_op_imports_what_its_code_uses(name):
         snippet = OPS[op.kind].code(op, ctx)
         flash = bool(op.setting("flash"))
         sources = [snippet.make, snippet.call]
-        sources += [fragment(snippet.helper, flash)] if snippet.helper else []
+        qk_norm = bool(op.setting("qk_norm"))
+        sources += [fragment(snippet.helper, flash, qk_norm)] if snippet.helper else []
         read, defined = set(), set()
         for source in sources:
             r, d = names(source)
