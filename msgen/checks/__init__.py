@@ -1,7 +1,7 @@
 """The check passes, run in a fixed order; each returns diagnostics and never raises.
 
 names -> shapes -> sharding build on one another (a pass runs only when those
-before it found no error); topology, pipeline and train stand alone. The budget
+before it found no error); topology, experts, pipeline and train stand alone. The budget
 pass is the estimate's (msgen.estimate.budget): msgen.compiler runs it after
 these, and the what-ifs run these passes again on each changed spec.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from msgen.analysis import graph
 from msgen.analysis.facts import Facts
-from msgen.checks import names, pipeline, shapes, sharding, topology, train
+from msgen.checks import experts, names, pipeline, shapes, sharding, topology, train
 from msgen.diagnostics import Diagnostic, has_errors
 from msgen.ir.models import Spec
 
@@ -22,7 +22,7 @@ GRAPH_STAGES = (
     (sharding.declared,),
     (graph.infer_layouts, sharding.run),
 )
-INDEPENDENT_PASSES = (topology, pipeline, train)
+INDEPENDENT_PASSES = (topology, experts, pipeline, train)
 
 
 def run_checks(spec: Spec) -> tuple[Facts, list[Diagnostic]]:

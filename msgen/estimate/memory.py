@@ -104,10 +104,15 @@ def param_states(
     the weights count whole: level 1 and 2 keep the all-gathered weights from
     forward until backward. A slice under hsdp's 64 KiB threshold, or whose first
     dim dp does not divide, stays whole.
+
+    A parameter split over ep (the experts' weights) is replicated over the expert
+    data-parallel group only, dp / ep ranks (ep is carved out of dp, as Megatron-LM's
+    expert data parallelism): its ZeRO slices are over dp / ep.
     """
-    dp = sizes.get("dp", 1)
     total = NO_STATES
     for p in params:
+        expert = any("ep" in axes for axes in p.split)
+        dp = sizes.get("dp", 1) // (sizes.get("ep", 1) if expert else 1)
         dims = slice_shape(p.shape, p.split, sizes)
         n = prod(dims)
         sharded = (
@@ -329,7 +334,7 @@ def network_saves(plan: Plan, sizes: dict[str, int]) -> tuple[list[int], list[in
 def estimate(plan: Plan) -> Estimate:
     spec = plan.spec
     mesh = spec.mesh
-    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
+    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp, "ep": mesh.ep}
     prec = precision(spec)
     zero = spec.train.zero
     budget, source = budget_of(spec)

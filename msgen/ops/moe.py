@@ -126,6 +126,15 @@ class Moe(OpDef):
         partial sum over tp, all-reduced (reduce-scattered under sequence
         parallelism, as linear does)."""
         (x,) = inputs
+        e, ep = node.args["experts"], ctx.mesh_sizes.get("ep", 1)
+        if e % ep:
+            raise OpError(
+                "MSL212",
+                f"ep = {ep} does not divide experts = {e}: each expert-parallel rank holds "
+                "experts / ep whole experts",
+                "experts",
+                f"use an ep that divides {e} (and dp)",
+            )
         shapes = self.param_shapes(node, [x.shape], ctx)
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
@@ -166,9 +175,6 @@ class Moe(OpDef):
         if tp:
             back += (Collective("AllReduce", tp, prod(inputs[0].shape), "input gradient"),)
         return back
-
-    def divisible(self, node, layout, ctx):
-        return [("experts", node.args["experts"], ("ep",))]
 
     def saves(self, node, inputs, output, ctx):
         """What backward reads, per micro-batch: x (the router's and shared experts'
