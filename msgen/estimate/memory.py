@@ -393,7 +393,7 @@ def estimate(plan: Plan) -> Estimate:
     return Estimate(
         model=spec.model.name,
         device=DEVICES.get(spec.cluster.device),
-        mesh=dict(sizes),
+        mesh={axis: sizes[axis] for axis in ("dp", "tp", "pp")},  # ep adds no devices
         params_total=plan.params_total,
         precision=prec,
         zero=zero,
