@@ -36,10 +36,11 @@ SPECS = {
     "tiny_mixed": ROOT / "tests" / "specs" / "tiny_mixed.msl",
     "tiny_interleaved": ROOT / "tests" / "specs" / "tiny_interleaved.msl",
     "tiny_dp": ROOT / "tests" / "specs" / "tiny_dp.msl",
+    "tiny_moe": ROOT / "tests" / "specs" / "tiny_moe.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }
-TINY = ("tiny", "tiny_llama", "tiny_mixed", "tiny_interleaved")  # small enough for the CPU
+TINY = ("tiny", "tiny_llama", "tiny_mixed", "tiny_interleaved", "tiny_moe")  # small for the CPU
 BIG = ("gpt7b", "llama13b")  # instantiated without allocating (no_init_parameters)
 
 

@@ -262,6 +262,10 @@ class OpDef:
         added = (v for k, v in self.setting_imports.items() if op is None or op.setting(k))
         return self.imports + tuple(line for lines in added for line in lines)
 
+    def active_params(self, node: OpNode, params: tuple[Param, ...]) -> int:
+        """Parameters one token's forward reads. Default: all of them."""
+        return sum(prod(p.shape) for p in params)
+
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""
         return []

@@ -29,6 +29,7 @@ from msgen.ops.base import (
     OpError,
     Param,
     Saved,
+    Snippet,
     Work,
     declared,
     out_declared,
@@ -90,9 +91,56 @@ class Moe(OpDef):
     )
     params = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
     composite = True
-    imports = ("from mindspore import nn, ops",)
+    helpers = ("moe",)
+    imports = (
+        "import math",
+        "from mindspore import Tensor, nn, ops",
+        "from mindspore.common import dtype as mstype",
+    )
     inits = {p: "normal" for p in params}
     decays = frozenset(p for p in params if p != "router")
+
+    def strategies(self, node, layout, ctx):
+        """The experts' batched matmuls: [experts, tokens, hidden] x [experts, hidden,
+        ffn] split over ep on the experts and tp on ffn, then back over tp."""
+        ep, tp = ctx.mesh_sizes.get("ep", 1), ctx.mesh_sizes.get("tp", 1)
+        return (
+            ("inner", ((ep, 1, 1), (ep, 1, tp))),
+            ("outer", ((ep, 1, tp), (ep, tp, 1))),
+        )
+
+    def settings(self, node, ctx):
+        capacity = node.args.get("capacity")
+        return {
+            "experts": node.args["experts"],
+            "top_k": node.args["top_k"],
+            "ffn": node.args["ffn"],
+            "shared_ffn": self.arg(node, "shared_ffn"),
+            "gated": self.arg(node, "activation") == "swiglu",
+            "sigmoid": self.arg(node, "router") == "sigmoid",
+            "norm_topk": self.arg(node, "norm_topk"),
+            "capacity": None if capacity is None else float(capacity),
+            "by_position": self.arg(node, "drop") == "position",
+        }
+
+    def code(self, op, model):
+        (x,) = op.inputs
+        s = op.setting
+        hidden = op.params[0].shape[0]
+        make = (
+            f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
+            f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
+            f"capacity={s('capacity')!r}, by_position={s('by_position')}, "
+            f"inner={op.strategy('inner')}, outer={op.strategy('outer')})"
+        )
+        return Snippet(make, f"self.{op.name}({x})", "moe")
+
+    def active_params(self, node, params):
+        """The router, the shared experts, and top_k of the experts (the published
+        active counts of Mixtral-8x7B and Qwen3-30B-A3B count these)."""
+        e, k = node.args["experts"], node.args["top_k"]
+        stacked = {"gate", "up", "down"}
+        return sum(prod(p.shape) * k // e if p.name in stacked else prod(p.shape) for p in params)
 
     def matrices(self, node) -> tuple[tuple[str, ...], tuple[str, ...]]:
         act = self.arg(node, "activation")
