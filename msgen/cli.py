@@ -149,6 +149,8 @@ def cmd_data(args) -> int:
         dedup=args.dedup,
         valid=args.valid,
         force=args.force,
+        for_dir=Path(args.for_dir) if args.for_dir else None,
+        error_format=args.error_format,
     )
     try:
         diags = data_command(result, options)
@@ -268,6 +270,9 @@ def _data_command(sub) -> None:
     p.add_argument("--valid", type=float, metavar="FRACTION",
                    help="put this fraction of the documents in valid.mindrecord")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
+    p.add_argument("--for", dest="for_dir", metavar="DIR",
+                   help="print the data line for a train.py that runs in DIR "
+                   "(default: generated/<model>/)")  # fmt: skip
 
 
 def _fmt_command(sub) -> None:
@@ -366,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPE
     except OSError as exc:  # the disk or the terminal failed, not msgen
         _quiet(sys.stdout)
-        _say(f"msgen: error: {exc.strerror or exc}\n")
+        where = f"{exc.filename}: " if exc.filename else ""  # which file, not only why
+        _say(f"msgen: error: {where}{exc.strerror or exc}\n")
         return EXIT_USAGE
     except Exception as exc:  # a bug: say so plainly, never a bare traceback
         import traceback
