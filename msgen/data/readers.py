@@ -157,6 +157,12 @@ def read_text(source: Source, f) -> Iterator[Document | Skipped]:
     in a longer line, at a character) into documents of at most that size."""
     block, size, start, offset, number = [], 0, (1, 0), 0, 0
     ended = True  # the piece before ended its line
+    cut = False  # the block is the rest of a text cut before
+
+    def where() -> Where:
+        whole = not source.paragraphs and not cut
+        return Where(source.path) if whole else Where(source.path, start[0])
+
     while piece := f.readline(CHUNK):
         if number == 0 and piece.startswith(BOM):
             piece, offset = piece[len(BOM) :], len(BOM)
@@ -164,14 +170,15 @@ def read_text(source: Source, f) -> Iterator[Document | Skipped]:
         complete = piece.endswith(b"\n")
         if source.paragraphs and ended and complete and not piece.strip():
             if block:
-                yield decode(b"".join(block), Where(source.path, start[0]), start[1])
-            block, size, ended = [], 0, True
+                yield decode(b"".join(block), where(), start[1], cut)
+            block, size, cut = [], 0, False
             offset += len(piece)
             continue
         if size + len(piece) > MAX_DOCUMENT:
             data = b"".join(block)
             keep = complete_utf8(data)
-            yield decode(data[:keep], Where(source.path, start[0]), start[1], cut=True)
+            cut = True
+            yield decode(data[:keep], where(), start[1], cut)
             block, size = [data[keep:]], len(data) - keep
             start = (number, offset - size)
         if not block:
@@ -181,8 +188,7 @@ def read_text(source: Source, f) -> Iterator[Document | Skipped]:
         offset += len(piece)
         ended = complete
     if block or (not source.paragraphs and number == 0):
-        where = Where(source.path, start[0]) if source.paragraphs or start[0] > 1 else None
-        yield decode(b"".join(block), where or Where(source.path), start[1])
+        yield decode(b"".join(block), where(), start[1], cut)
 
 
 def skip_line(f) -> None:
@@ -223,6 +229,8 @@ def read_jsonl(source: Source, f) -> Iterator[Document | Skipped]:
 
 
 def read_parquet(source: Source, cursor: Cursor) -> Iterator[Document | Skipped]:
+    import pyarrow as pa
+
     file = parquet_file(source)
     rows, row = file.metadata.num_rows, 0
     batches = file.iter_batches(batch_size=PARQUET_BATCH, columns=[source.field])
@@ -230,20 +238,25 @@ def read_parquet(source: Source, cursor: Cursor) -> Iterator[Document | Skipped]
         cursor.parquet = (row, rows, source.size)
         try:
             batch = next(batches, None)
+            if batch is None:
+                break
+            column = batch.column(0)
+            # as bytes, so that a value of invalid UTF-8 is one document skipped
+            if pa.types.is_string(column.type):
+                column = column.cast(pa.binary())
+            elif pa.types.is_large_string(column.type):
+                column = column.cast(pa.large_binary())
+            values = column.to_pylist()
         except Exception as exc:  # pyarrow's own errors for a corrupt page
             raise DataError(
                 f"cannot read {shown(source.path)} as Parquet after row {row:,}: {exc}"
             ) from None
-        if batch is None:
-            break
-        for value in batch.column(0).to_pylist():
+        for value in values:
             row += 1
             where = Where(source.path, row=row)
-            if isinstance(value, (str, bytes)) and len(value) > MAX_DOCUMENT:
+            if isinstance(value, bytes) and len(value) > MAX_DOCUMENT:
                 yield Skipped(where, TOO_LONG)
-            elif isinstance(value, str):
-                yield Document(value, where)
-            elif isinstance(value, bytes):  # a binary column: its bytes may not be UTF-8
+            elif isinstance(value, bytes):
                 yield decode(value, where, 0)
             else:
                 yield Skipped(where, f"no string field `{source.field}`")

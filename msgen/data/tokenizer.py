@@ -86,6 +86,9 @@ def load(path: Path):
         plain_text(tokenizer, f"tokenizer {shown(path)}")
         with tokenizer_calls(f"tokenizer {shown(path)} cannot encode text"):
             tokenizer.encode_batch_fast([PROBE], add_special_tokens=False)
+            empty = not tokenizer.get_vocab(with_added_tokens=True)
+    if empty:
+        raise DataError(f"tokenizer {shown(path)} has an empty vocabulary")
     return tokenizer, data
 
 
@@ -120,14 +123,10 @@ class SpecialCounter:
 
 
 def id_count(tokenizer) -> int:
-    """One more than the largest id the tokenizer can produce: what must fit in vocab."""
+    """One more than the largest id the tokenizer (with a vocabulary, as `load` checks)
+    can produce: what must fit in vocab."""
     with tokenizer_calls("cannot read the tokenizer's vocabulary"):
-        ids = tokenizer.get_vocab(with_added_tokens=True).values()
-    if not ids:
-        raise DataError(
-            "the tokenizer has an empty vocabulary", "--tokenizer takes a tokenizer.json"
-        )
-    return max(ids) + 1
+        return max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
 
 
 def configured_eos(path: Path) -> str | None:
