@@ -99,7 +99,12 @@ class Staging:
             missing.append(parent)
         try:
             for folder in reversed(missing):
-                folder.mkdir()
+                try:
+                    folder.mkdir()
+                except FileExistsError:  # another run made it just now: not ours
+                    if not folder.is_dir():
+                        raise
+                    continue
                 self.created.insert(0, folder)
             self.lock = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
