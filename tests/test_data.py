@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msgen.data.normalize import normalize
@@ -481,3 +481,53 @@ def test_progress_of_a_run_names_each_phase_and_the_input_size(spec, tmp_path):
     assert f"msgen data: training the tokenizer on 0.0 {total} (0%)" in err
     assert f"msgen data: tokenizing 0.0 {total} (0%)" in err
     assert "msgen data: writing the index" in err
+
+
+# bounded reading ----------------------------------------------------------------
+
+
+@settings(deadline=None)  # a loaded machine
+@given(
+    text=st.text(st.sampled_from("ab \n\u00e9\u4f60\U0001f600"), max_size=300),
+    limit=st.integers(8, 40),
+    chunk=st.integers(1, 9),
+    paragraphs=st.booleans(),
+)
+def test_long_text_is_cut_into_documents_that_join_back(text, limit, chunk, paragraphs):
+    """Cut at MAX_DOCUMENT bytes (here a few), read CHUNK bytes at a time: the pieces
+    are whole UTF-8, each at most the limit, and together the text (the blank lines
+    between paragraphs aside)."""
+    from msgen.data import readers
+    from msgen.data.sources import Source
+
+    data = text.encode("utf-8")
+    old = readers.MAX_DOCUMENT, readers.CHUNK
+    readers.MAX_DOCUMENT, readers.CHUNK = limit, chunk
+    try:
+        docs = list(readers.read_text(Source(Path("t.txt"), "text", paragraphs=paragraphs),
+                                      io.BytesIO(data)))  # fmt: skip
+    finally:
+        readers.MAX_DOCUMENT, readers.CHUNK = old
+    assert all(isinstance(d, readers.Document) for d in docs)
+    assert all(len(d.text.encode("utf-8")) <= limit for d in docs)
+    if paragraphs:  # blank lines go: what is not white space stays, in order
+
+        def ink(s: str) -> str:
+            return s.replace(" ", "").replace("\n", "")
+
+        assert ink("".join(d.text for d in docs)) == ink(text)
+    else:
+        assert "".join(d.text for d in docs) == text
+
+
+@settings(deadline=None)
+@given(text=st.text(st.sampled_from("ab \n\u00e9"), max_size=2000), piece=st.integers(4, 64))
+def test_a_document_goes_to_the_tokenizer_in_pieces_that_join_back(text, piece):
+    from msgen.data import command
+
+    old, command.PIECE = command.PIECE, piece
+    try:
+        parts = list(command.pieces(text))
+    finally:
+        command.PIECE = old
+    assert "".join(parts) == text and all(len(p) <= piece for p in parts)

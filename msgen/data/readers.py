@@ -174,19 +174,21 @@ def read_text(source: Source, f) -> Iterator[Document | Skipped]:
             block, size, cut = [], 0, False
             offset += len(piece)
             continue
-        if size + len(piece) > MAX_DOCUMENT:
-            data = b"".join(block)
-            keep = complete_utf8(data)
-            cut = True
-            yield decode(data[:keep], where(), start[1], cut)
-            block, size = [data[keep:]], len(data) - keep
-            start = (number, offset - size)
         if not block:
             start = (number, offset)
         block.append(piece)
         size += len(piece)
         offset += len(piece)
         ended = complete
+        while size > MAX_DOCUMENT:
+            data = b"".join(block)
+            at = data.rfind(b"\n", 0, MAX_DOCUMENT) + 1 or complete_utf8(data[:MAX_DOCUMENT])
+            cut = True
+            yield decode(data[:at], where(), start[1], cut)
+            rest = data[at:]
+            block, size = [rest], len(rest)
+            # the rest ends where this piece ends, on line `number`
+            start = (number - rest.count(b"\n", 0, max(len(rest) - 1, 0)), offset - size)
     if block or (not source.paragraphs and number == 0):
         yield decode(b"".join(block), where(), start[1], cut)
 
