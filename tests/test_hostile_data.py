@@ -320,10 +320,22 @@ BROKEN = {
         "model": {"type": "WordLevel", "vocab": {"[UNK]": 0}, "unk_token": "[UNK]"},
     },
     "empty": {"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}},
+    # encodes "Hello" only; any other word fails (a WordLevel model without its [UNK])
     "no_unk": {
         "version": "1.0",
         "pre_tokenizer": {"type": "Whitespace"},
-        "model": {"type": "WordLevel", "vocab": {"Hello": 0}, "unk_token": "[UNK]"},
+        "model": {"type": "WordLevel", "vocab": {"Hello": 0, EOT: 1}, "unk_token": "[UNK]"},
+        "added_tokens": [
+            {
+                "id": 1,
+                "content": EOT,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        ],
     },
 }
 
