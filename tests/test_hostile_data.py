@@ -232,6 +232,17 @@ def test_a_corrupt_parquet_page_is_one_line_naming_it(spec, tmp_path, tokenizer_
     assert not out.exists()
 
 
+def test_a_gz_that_inflates_like_a_bomb_is_refused(spec, tmp_path, tokenizer_file, monkeypatch):
+    from msgen.data import readers
+
+    monkeypatch.setattr(readers, "RATIO_GRACE", 1 << 20)  # the first MiB unchecked, not 16
+    path = tmp_path / "bomb.txt.gz"
+    path.write_bytes(gzip.compress(b"a" * (4 << 20), 9))  # 4 MiB in about 4 KB
+    status, _, err = msgen("data", spec, path, "--tokenizer", tokenizer_file, "-o", tmp_path / "o")
+    one_line_error(status, err, f"{path} inflates more than 200 times its size")
+    assert not (tmp_path / "o").exists()
+
+
 def tmpfs(path: Path, size: str) -> bool:
     path.mkdir()
     if os.geteuid() != 0:
