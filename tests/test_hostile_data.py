@@ -159,20 +159,22 @@ def test_two_runs_into_one_new_folder_never_both_succeed(spec, tmp_path, tokeniz
 # H6: special-token text is text ------------------------------------------------
 
 
-def test_special_token_text_in_a_document_is_not_an_eos(spec, tmp_path, tokenizer_file):
+@pytest.mark.parametrize("trained", [False, True])
+def test_special_token_text_in_a_document_is_not_an_eos(spec, tmp_path, tokenizer_file, trained):
     from tokenizers import Tokenizer
 
     docs = [f"{topic[:400]} {EOT} and {EOT} again" for topic in english()[:20]] + english()[20:]
     corpus = write_jsonl(tmp_path / "corpus.jsonl", docs)
     out = tmp_path / "out"
-    status, stdout, err = msgen("data", spec, corpus, "--tokenizer", tokenizer_file, "-o", out)
+    how = ["--train-tokenizer"] if trained else ["--tokenizer", tokenizer_file]
+    status, stdout, err = msgen("data", spec, corpus, *how, "-o", out)
     assert status == 0, err
     meta = json.loads((out / "dataset.json").read_text())
     stream = read_windows(out / "train.mindrecord").reshape(-1)
     # EOS only between documents: at most one per document
     assert (stream == meta["eos_id"]).sum() <= len(docs)
     assert meta["counts"]["special_token_texts"] == 40
-    tok = Tokenizer.from_file(str(tokenizer_file))
+    tok = Tokenizer.from_file(str(out / "tokenizer.json" if trained else tokenizer_file))
     first = stream[: int(np.argmax(stream == meta["eos_id"]))]
     assert tok.decode(first.tolist(), skip_special_tokens=False).count(EOT) == 2
 
