@@ -253,7 +253,9 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
         eos, eos_id = tok.find_eos(tokenizer, options.tokenizer, options.eos)
 
     total = sum(s.size for s in srcs)
-    progress = Progress("msgen data", total, options.progress)  # each reading phase reads it all
+    # each reading phase reads it all; json and github streams get no progress line
+    drawn = options.progress if options.error_format == "text" else False
+    progress = Progress("msgen data", total, drawn)
     with stops_interrupt(), stage:
         try:
             if options.train_tokenizer:
