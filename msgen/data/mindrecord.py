@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from msgen.data import DataError
+from msgen.data.output import disk_full
 from msgen.data.sources import shown
 
 COLUMN = "input_ids"
@@ -24,10 +25,6 @@ def import_file_writer():
     except ImportError as exc:
         raise DataError(f"writing MindRecord needs MindSpore ({exc})", MINDRECORD_EXTRA) from None
     return FileWriter
-
-
-def disk_full(path: Path) -> DataError:
-    return DataError(f"disk full writing {shown(path)}", "free some space, or choose -o elsewhere")
 
 
 @contextmanager

@@ -11,6 +11,7 @@ staging folder, and the folders this run created if they are empty.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -54,8 +55,14 @@ def recorded(folder: Path) -> set[str]:
     return names
 
 
+def disk_full(path) -> DataError:
+    return DataError(f"disk full writing {shown(path)}", "free some space, or choose -o elsewhere")
+
+
 def os_error(exc: OSError, doing: str) -> DataError:
-    """An OSError as one line that names the path it is about."""
+    """An OSError as one line that names the path it is about (no room: "disk full")."""
+    if exc.errno == errno.ENOSPC and exc.filename:
+        return disk_full(exc.filename)
     where = f" {shown(exc.filename)}" if exc.filename else ""
     return DataError(f"cannot {doing}{where}: {exc.strerror or exc}")
 
