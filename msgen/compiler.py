@@ -10,10 +10,10 @@ from pathlib import Path
 
 from msgen.analysis.facts import Facts
 from msgen.checks import run_checks
-from msgen.diagnostics import Diagnostic, has_errors, printable
+from msgen.diagnostics import Diagnostic, error, has_errors, printable
 from msgen.estimate import budget
 from msgen.ir.models import Spec
-from msgen.ir.rederive import rederived
+from msgen.ir.rederive import DEVICES_KEY, devices_problem, rederived, with_devices
 from msgen.ir.schema import MODEL_KEYS
 from msgen.lowering.lower import lower
 from msgen.syntax import parse, read_source
@@ -31,6 +31,8 @@ class Result:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     rederived: list[str] = field(default_factory=list)
     """What `--set` re-derived, e.g. `dp 4 → 2` (msgen.ir.rederive)."""
+    kept: str = "the devices and the global batch"
+    """What the re-derivation kept (a `--set cluster.devices` changes the devices)."""
 
     @property
     def ok(self) -> bool:
@@ -60,23 +62,67 @@ def spec_label(path: Path) -> str:
     return printable(_relative(path) or path.as_posix())
 
 
-def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()) -> Result:
+def _devices_what_if(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """The `--set cluster.devices=N` values apart from the other overrides."""
+    keys = [o.partition("=")[0].replace(" ", "") for o in overrides]
+    devices = [
+        o.partition("=")[2] for o, k in zip(overrides, keys, strict=True) if k == DEVICES_KEY
+    ]
+    return [o for o, k in zip(overrides, keys, strict=True) if k != DEVICES_KEY], devices
+
+
+def _lower(module, text: str, file: str, base_dir: Path, devices: str | None):
+    """The IR, with the device what-if in place when there is one."""
+    spec, diags = lower(module, text, file, base_dir)
+    if spec is None or devices is None or has_errors(diags):
+        return spec, diags
+    problem = devices_problem(devices, spec.cluster.per_node)
+    if problem is not None:
+        return None, diags + [error("MSL108", f"--set {problem}", None)]
+    return with_devices(spec, int(devices.strip().replace("_", ""))), diags
+
+
+def analyze_text(
+    text: str, file: str, base_dir: Path, overrides: list[str] = (), what_if: bool = False
+) -> Result:
+    """`what_if`: the analysis is for estimating and planning only, so `--set
+    cluster.devices` may make up servers (msgen.ir.rederive)."""
     result = Result(file=file, text=text)
     module, diags = parse(text, file)
     result.diagnostics += diags
     if module is None:
         return result
+    overrides, devices = _devices_what_if(list(overrides))
+    if devices and not what_if:
+        result.diagnostics.append(
+            error(
+                "MSL104",
+                f"--set {DEVICES_KEY} makes up the added servers' addresses, for estimate "
+                "and plan only",
+                None,
+                "to compile for more devices, list every server's address in cluster.nodes "
+                "(and its device IPs)",
+            )
+        )
+        return result
+    if len(devices) > 1:
+        result.diagnostics.append(error("MSL001", f"--set {DEVICES_KEY} is given twice", None))
+        return result
+    devices = devices[0] if devices else None
     if overrides:
         module, diags = apply_overrides(module, list(overrides), {"model": MODEL_KEYS})
         result.diagnostics += diags
         if has_errors(diags):
             return result
-    spec, diags = lower(module, text, file, base_dir)
-    if spec is not None and overrides and not has_errors(diags):
-        sets, result.rederived = rederived(spec, override_keys(list(overrides)))
+    spec, diags = _lower(module, text, file, base_dir, devices)
+    given = override_keys(list(overrides)) | ({DEVICES_KEY} if devices is not None else set())
+    if devices is not None:
+        result.kept = "the global batch"
+    if spec is not None and given and not has_errors(diags):
+        sets, result.rederived = rederived(spec, given)
         if sets:
             module, _ = apply_overrides(module, sets)
-            spec, diags = lower(module, text, file, base_dir)
+            spec, diags = _lower(module, text, file, base_dir, devices)
     result.diagnostics += diags
     if spec is None or has_errors(diags):
         return result
@@ -89,7 +135,7 @@ def analyze_text(text: str, file: str, base_dir: Path, overrides: list[str] = ()
     return result
 
 
-def analyze(path: Path, overrides: list[str] = ()) -> Result:
+def analyze(path: Path, overrides: list[str] = (), what_if: bool = False) -> Result:
     """Read and check one spec file (the caller handles a file that cannot be read)."""
     text = read_source(path)
-    return analyze_text(text, spec_label(path), path.parent, overrides)
+    return analyze_text(text, spec_label(path), path.parent, overrides, what_if)

@@ -3,7 +3,9 @@
 JSON: {"objective", "searched" (layouts that pass every check but the budget),
 "fitting", "spec": {step_s, peak_bytes, mfu, fits, set}, "plans": [{rank, set
 (every searched key as `--set` takes it, in any order), step_s, peak_bytes,
-headroom_bytes, budget_bytes, mfu, hfu, tokens_per_s_per_device, memory: the
+headroom_bytes, headroom_kept (false: some stage fits without the 10%
+fragmentation headroom, which `check` warns as MSL402; such plans rank after
+those that keep it), budget_bytes, mfu, hfu, tokens_per_s_per_device, memory: the
 peak stage's `estimate` rows, time: `estimate`'s time object}], and when
 nothing fits "smallest" (the lowest peak any layout reaches)}.
 """
@@ -25,6 +27,7 @@ def ranked_json(r: Ranked) -> dict:
         "step_s": t.step_s,
         "peak_bytes": r.peak_bytes,
         "headroom_bytes": peak.headroom_bytes,
+        "headroom_kept": r.headroom_kept,
         "budget_bytes": r.estimate.budget_bytes,
         "fits": r.estimate.fits,
         "mfu": t.mfu,
@@ -46,6 +49,9 @@ def search_json(found: Search, objective: str) -> dict:
     return out
 
 
+TIGHT = " [TIGHT: less spare than the headroom; check warns MSL402]"
+
+
 def describe(r: Ranked) -> str:
     lay = r.layout
     rc = ", ".join(f"{layer} {mode}" for layer, mode in lay.recompute)
@@ -58,9 +64,10 @@ def describe(r: Ranked) -> str:
 def line(r: Ranked) -> str:
     budget = r.estimate.budget_bytes
     spare = f", {gib(budget - r.peak_bytes)} GiB spare" if budget is not None else ""
+    flag = "" if r.headroom_kept or not r.estimate.fits else TIGHT
     return (
         f"step {seconds(r.time.step_s)}, MFU {r.time.mfu:.1%}, peak {gib(r.peak_bytes)} GiB"
-        f"{spare} (headroom {gib(r.estimate.peak.headroom_bytes)} GiB)"
+        f"{spare} (headroom {gib(r.estimate.peak.headroom_bytes)} GiB){flag}"
     )
 
 

@@ -8,7 +8,11 @@ the layers; a written `split` pins pp), the micro-batch size and count, the
 ZeRO level (with dp > 1), recompute per repeated layer (none, select of its
 composite ops, full), and the schedule: 1f1b, or interleaved with 2 or 4 chunks
 when the layers divide (gpipe has 1f1b's bubble and more memory: never better).
-The spec as written is always a candidate.
+The spec as written is always a candidate. A key given with `--set` is pinned:
+every plan keeps the spec's value of it (`--set mesh.tp=4`: only tp = 4).
+
+Plans that keep the 10% fragmentation headroom on every stage (those `check`
+does not warn MSL402 about) rank before those that only fit.
 
 A layout's graph facts depend only on its mesh and micro-batch, so the front
 end runs once per pair; every variant then runs the independent check passes,
@@ -63,6 +67,15 @@ class Layout:
         out.append(f"pipeline.schedule={self.schedule}")
         return tuple(out)
 
+    def keeps(self, other: Layout, pinned: frozenset[str]) -> bool:
+        """Whether this layout has `other`'s value of every pinned key (a pinned
+        `pipeline.chunks` pins the schedule that holds it)."""
+        pinned = pinned | ({"pipeline.schedule"} if "pipeline.chunks" in pinned else set())
+        mine, theirs = dict(s.split("=", 1) for s in self.sets), dict(
+            s.split("=", 1) for s in other.sets
+        )
+        return all(mine[k] == theirs[k] for k in pinned if k in mine)
+
 
 @dataclass(frozen=True)
 class Ranked:
@@ -73,6 +86,11 @@ class Ranked:
     @property
     def peak_bytes(self) -> int:
         return self.estimate.peak.total_bytes
+
+    @property
+    def headroom_kept(self) -> bool:
+        """Every stage fits with the 10% fragmentation headroom on top (no MSL402)."""
+        return not any(s.tight for s in self.estimate.stages)
 
 
 @dataclass(frozen=True)
@@ -182,18 +200,21 @@ def rank_key(objective: str):
         first = (
             (r.time.step_s, r.peak_bytes) if objective == "time" else (r.peak_bytes, r.time.step_s)
         )
-        return first + (r.layout.sets,)
+        return (not r.headroom_kept,) + first + (r.layout.sets,)
 
     return key
 
 
-def search(spec: Spec, facts, objective: str = "time", top: int = 5) -> Search:
-    """Every layout of the spec's devices, checked, estimated, and the fitting ones timed."""
+def search(
+    spec: Spec, facts, objective: str = "time", top: int = 5, pinned: frozenset[str] = frozenset()
+) -> Search:
+    """Every layout of the spec's devices that keeps the `pinned` keys' values, checked,
+    estimated, and the fitting ones timed."""
     layers_total = sum(r.count for r in Plan(spec, facts).repeats)
     layer_names = sorted({n.args["layer"] for n in spec.network.ops if n.kind == "repeat"})
     modes = recompute_modes(spec, layer_names, facts.graphs)
-    candidates = layouts(spec, layers_total, modes)
     mine = written(spec, layer_names)
+    candidates = [c for c in layouts(spec, layers_total, modes) if c.keeps(mine, pinned)]
     if mine not in candidates:
         candidates.append(mine)
     graph_facts: dict[tuple[int, int, int, int], object] = {}
