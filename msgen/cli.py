@@ -56,6 +56,8 @@ def _report(result, fmt: str) -> None:
 
         diags = sorted(result.diagnostics, key=sort_key)
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
+    if result.stopped and fmt == "text":
+        sys.stderr.write(f"note: {result.stopped}\n")
     if result.rederived and fmt == "text":
         changes = ", ".join(result.rederived)
         sys.stderr.write(f"note: --set keeps {result.kept}: {changes}\n")

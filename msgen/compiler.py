@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen.analysis.facts import Facts
-from msgen.checks import run_checks
+from msgen.checks import INDEPENDENT_PASSES, STAGE_NAMES, checked
 from msgen.diagnostics import Diagnostic, error, has_errors, printable
 from msgen.estimate import budget
 from msgen.ir.models import Spec
 from msgen.ir.rederive import DEVICES_KEY, devices_problem, rederived, with_devices
 from msgen.ir.schema import MODEL_KEYS
-from msgen.lowering.lower import lower
-from msgen.syntax import parse, read_source
+from msgen.lowering.lower import lower, names_in
+from msgen.syntax import ast, parse, read_source
 from msgen.syntax.overrides import apply_overrides, override_keys
 
 
@@ -33,10 +33,21 @@ class Result:
     """What `--set` re-derived, e.g. `dp 4 → 2` (msgen.ir.rederive)."""
     kept: str = "the devices and the global batch"
     """What the re-derivation kept (a `--set cluster.devices` changes the devices)."""
+    skipped: list[str] = field(default_factory=list)
+    """The stages the errors found left unchecked, in order (STAGES)."""
 
     @property
     def ok(self) -> bool:
         return self.spec is not None and not has_errors(self.diagnostics)
+
+    @property
+    def stopped(self) -> str | None:
+        """What the errors left unchecked, as a note says it; None when all was checked."""
+        if not self.skipped or not has_errors(self.diagnostics):
+            return None
+        return "stopped early; not checked until the errors above are fixed: " + ", ".join(
+            STAGE_WORDS.get(s, s) for s in self.skipped
+        )
 
 
 def _relative(path: Path) -> str | None:
@@ -60,6 +71,47 @@ def spec_label(path: Path) -> str:
     path as given when it lies outside, so two `x.msl` in different folders stay
     apart."""
     return printable(_relative(path) or path.as_posix())
+
+
+STAGE_WORDS = {
+    "values": "the blocks' values",
+    "train": "training settings",
+    "budget": "memory budget",
+}
+STAGES = (
+    "values",  # lowering: the blocks' keys and values
+    *STAGE_NAMES,
+    *(p.__name__.rpartition(".")[2] for p in INDEPENDENT_PASSES),
+    "budget",
+)
+
+
+# Lowering errors that leave the block's other values as written: an unknown key or a
+# statement that does not belong is dropped, and nothing else reads it.
+LEAVES_VALUES = {"MSL104"}
+
+
+def broken_blocks(module, spec: Spec, diags: list[Diagnostic], file: str) -> frozenset[str] | None:
+    """The blocks whose lowering reported an error, or that read a dim whose definition
+    did (it is left out, silently, where it is used); None when an error lies outside
+    the spec's blocks (a --set), so nothing further can be trusted."""
+    broken = set()
+    for d in diags:
+        if not d.is_error or d.code in LEAVES_VALUES:
+            continue
+        if d.span is None or d.span.file != file:
+            return None
+        for kind, span in spec.block_spans.items():
+            if span.line <= d.span.line <= span.end_line:
+                broken.add(kind.split()[0])
+    if "model" in broken:
+        written = {s.target.name for b in module.blocks if b.kind.name == "model" for s in b.stmts
+                   if isinstance(s, ast.Assign)}  # fmt: skip
+        failed = written - set(spec.model.dims) - {"dtype", "param_dtype"}
+        for block in module.blocks:
+            if failed & set(names_in(block)):
+                broken.add(block.kind.name)
+    return frozenset(broken)
 
 
 def _devices_what_if(overrides: list[str]) -> tuple[list[str], list[str]]:
@@ -90,6 +142,7 @@ def analyze_text(
     result = Result(file=file, text=text)
     module, diags = parse(text, file)
     result.diagnostics += diags
+    result.skipped = list(STAGES)  # until a stage runs
     if module is None:
         return result
     overrides, devices = _devices_what_if(list(overrides))
@@ -124,14 +177,27 @@ def analyze_text(
             module, _ = apply_overrides(module, sets)
             spec, diags = _lower(module, text, file, base_dir, devices)
     result.diagnostics += diags
-    if spec is None or has_errors(diags):
+    return _check(result, module, spec, has_errors(diags))
+
+
+def _check(result: Result, module, spec: Spec | None, lowering_failed: bool) -> Result:
+    """The check passes and the budget, on a spec that lowered; where lowering found
+    errors, the passes their blocks do not reach (msgen.checks.checked)."""
+    broken = frozenset()
+    if spec is not None and lowering_failed:
+        broken = broken_blocks(module, spec, result.diagnostics, result.file)
+    if spec is None or broken is None:
+        result.skipped = list(STAGES[1:])
         return result
-    result.spec = spec
-    result.facts, diags = run_checks(spec)
+    facts, diags, result.skipped = checked(spec, broken)
     result.diagnostics += diags
-    if not has_errors(result.diagnostics):
-        # the estimate needs the graph's layouts, a valid pipeline and a known device
-        result.diagnostics += budget.run(spec, result.facts)
+    if not lowering_failed:
+        result.spec, result.facts = spec, facts
+    if has_errors(result.diagnostics):
+        result.skipped.append("budget")
+        return result
+    # the estimate needs the graph's layouts, a valid pipeline and a known device
+    result.diagnostics += budget.run(spec, facts)
     return result
 
 

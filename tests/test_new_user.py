@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from msgen.cli import EXIT_ERRORS, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,3 +301,89 @@ def test_compile_refuses_a_second_spec_with_the_same_model_name(tmp_path, monkey
     assert (tmp_path / "out" / "tiny" / "manifest.json").read_text() == before
     # the same spec again is fine
     assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
+
+
+# `check` reports every mistake it can find --------------------------------------------
+
+CASES = ROOT / "tests" / "cases"
+
+
+def combined(*cases: str) -> str:
+    """base.msl with the edits of several golden cases (each one mistake) applied
+    together; the cases' first-line comments are left out."""
+    import difflib
+
+    base = (CASES / "base.msl").read_text(encoding="utf-8").splitlines(keepends=True)
+    edits = []
+    for case in cases:
+        spec = (CASES / case / "spec.msl").read_text(encoding="utf-8").splitlines(keepends=True)
+        ops = difflib.SequenceMatcher(a=base, b=spec, autojunk=False).get_opcodes()
+        edits += [(i1, i2, spec[j1:j2]) for tag, i1, i2, j1, j2 in ops if tag != "equal" and i1]
+    out = list(base)
+    for i1, i2, new in sorted(edits, key=lambda e: e[0], reverse=True):
+        out[i1:i2] = new
+    return "".join(out)
+
+
+def findings(path: Path) -> set[tuple[str, str]]:
+    code, _, err = run("check", "--error-format", "json", str(path))
+    import json
+
+    return {(d["code"], d["message"]) for d in map(json.loads, err.splitlines())}
+
+
+@pytest.mark.parametrize(
+    "first, later",
+    [
+        ("msl101_unknown_dim", "msl301_two_nodes"),  # a model typo; the cluster's own mistake
+        ("msl101_unknown_dim", "msl512_negative_loss_scale"),  # ...; a training setting's
+        ("msl309_hccn_missing", "msl117_add_shapes_disagree"),  # an unreadable hccn; shapes
+        ("msl104_unknown_key", "msl201_tp_does_not_divide_heads"),  # mesh key typo; sharding
+        ("msl505_lr_not_positive", "msl303_tp_spans_nodes"),  # train value; topology
+    ],
+)
+def test_check_reports_the_independent_mistakes_of_every_stage(first, later, tmp_path):
+    """Each golden case's findings, checked alone, are among those of the spec that
+    makes both mistakes: an earlier stage's error hides only what it makes meaningless."""
+    import shutil
+
+    for case in (first, later):
+        for extra in (CASES / case).glob("*.conf"):
+            shutil.copy(extra, tmp_path)
+    both = tmp_path / "both.msl"
+    both.write_text(combined(first, later), encoding="utf-8")
+    alone = findings(CASES / first / "spec.msl") | findings(CASES / later / "spec.msl")
+    assert alone <= findings(both), alone - findings(both)
+
+
+def test_check_says_when_it_stopped_early(tmp_path):
+    spec = tmp_path / "s.msl"
+    spec.write_text(combined("msl101_unknown_dim"), encoding="utf-8")
+    code, _, err = run("check", str(spec))
+    assert code == EXIT_ERRORS
+    # the model's dims feed every shape and the layer count the pipeline splits
+    assert err.endswith(
+        "note: stopped early; not checked until the errors above are fixed: names, shapes, "
+        "shardings, layouts, pipeline, memory budget\n"
+    )
+    # a syntax error leaves nothing to check; a clean spec, or JSON, gets no note
+    spec.write_text(combined("msl002_unclosed_string"), encoding="utf-8")
+    assert run("check", str(spec))[2].endswith(
+        "not checked until the errors above are fixed: the blocks' values, names, shapes, "
+        "shardings, layouts, topology, pipeline, training settings, memory budget\n"
+    )
+    assert "note:" not in run("check", "--error-format", "json", str(spec))[2]
+    assert run("check", str(CASES / "base.msl"))[2] == ""
+
+
+def test_a_value_computed_from_a_broken_dim_is_not_checked(tmp_path):
+    """A dim whose definition failed is left out quietly where it is used: a block that
+    uses it is not checked (its value is not the one written), so no made-up finding
+    such as `global_batch = 1` follows."""
+    text = (CASES / "base.msl").read_text(encoding="utf-8")
+    text = text.replace("    layers = 2\n", "    layers = 2\n    gb = 16 * hiden\n", 1)
+    text = re.sub(r"global_batch\s*=\s*\d+", "global_batch = gb", text)
+    spec = tmp_path / "s.msl"
+    spec.write_text(text, encoding="utf-8")
+    assert findings(spec) == {("MSL101", "unknown dim `hiden`")}
+    assert "training settings" in run("check", str(spec))[2].splitlines()[-1]
