@@ -387,3 +387,103 @@ def test_a_value_computed_from_a_broken_dim_is_not_checked(tmp_path):
     spec.write_text(text, encoding="utf-8")
     assert findings(spec) == {("MSL101", "unknown dim `hiden`")}
     assert "training settings" in run("check", str(spec))[2].splitlines()[-1]
+
+
+# the docs a new user reads ----------------------------------------------------------
+
+
+def test_the_device_catalogue_in_the_docs_is_the_one_msgen_uses():
+    """docs/devices.md: a row per device of the catalogue, each figure the one the
+    estimate uses, and a source named for every device."""
+    from msgen.ir.devices import DEVICES
+
+    text = (ROOT / "docs" / "devices.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells[1:]
+    assert set(rows) == set(DEVICES)
+
+    def number(cell: str) -> float:
+        return float(re.search(r"[\d.]+", cell.replace(",", "")).group())
+
+    gib, tera, giga = 2**30, 1e12, 1e9
+    for name, d in DEVICES.items():
+        hbm, reserve, usable, peak, fp32, bandwidth, intra, inter = rows[name]
+        assert number(hbm) * gib == d.hbm_bytes, name
+        assert number(reserve) * gib == d.reserve_bytes, name
+        assert number(usable) * gib == d.usable_bytes, name
+        assert number(peak) * tera == d.peak_flops, name
+        assert number(fp32) * tera == d.matmul_flops["fp32"], name
+        assert number(bandwidth) * tera == pytest.approx(d.hbm_bandwidth), name
+        assert number(intra.split(",")[-1]) * giga == pytest.approx(d.intra.bandwidth), name
+        assert ("full mesh" in intra) == d.intra.full_mesh, name
+        assert number(inter.split(",")[-1]) * giga == pytest.approx(d.inter.bandwidth), name
+        assert f"**{name}**" in text, f"no sources given for {name}"
+
+
+def test_every_flag_of_train_py_is_in_the_readme():
+    """The flags of every committed train.py (what argparse declares), each a row of the
+    README's table, and no row for a flag train.py lacks."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = set(re.findall(r"^\| `(--[a-z-]+)", readme, re.MULTILINE))
+    for train in sorted((ROOT / "generated").glob("*/train.py")):
+        declared = set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', train.read_text()))
+        assert declared and declared == table, (train, declared ^ table)
+
+
+def llama_parameters(vocab, hidden, heads, kv_heads, ffn, layers) -> int:
+    """LLaMA's parameters from its definition (Touvron et al. 2023): per layer q, k, v and
+    o projections (k and v of kv_heads heads), gate, up and down, two RMSNorm gains; an
+    embedding, a final norm and an untied output layer."""
+    head_dim = hidden // heads
+    attention = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + hidden * hidden
+    per_layer = attention + 3 * hidden * ffn + 2 * hidden
+    return layers * per_layer + 2 * vocab * hidden + hidden
+
+
+def test_the_llama_example_says_how_many_parameters_it_has(tmp_path):
+    from tests.test_docs import examples
+
+    text = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    (spec,) = [s for _, s in examples() if "model llama7b" in s]
+    path = tmp_path / "llama7b.msl"
+    path.write_text(spec, encoding="utf-8")
+    code, out, err = run("estimate", str(path), "--json")
+    assert code == 0, err
+    import json
+
+    counted = json.loads(out)["params_total"]
+    assert counted == llama_parameters(32000, 4096, 32, 8, 11008, 32)
+    assert f"{counted:,} parameters ({counted / 1e9:.2f} B)" in " ".join(text.split())
+    # LLaMA-2-7B, published as 6.74 B (6,738,415,616), is the same with 32 k/v heads
+    llama2 = llama_parameters(32000, 4096, 32, 32, 11008, 32)
+    assert llama2 == 6_738_415_616 and f"{llama2:,} (6.74 B)" in " ".join(text.split())
+
+
+def test_git_ignores_the_data_the_readme_writes():
+    import subprocess
+
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/gpt7b/train.mindrecord"], cwd=ROOT)
+    assert ignored.returncode == 0  # what the README's `msgen data ... -o data/gpt7b/` writes
+    for source in ("msgen/data/command.py", "tests/data/vimtutor_zh_cn.txt"):
+        kept = subprocess.run(["git", "check-ignore", "-q", source], cwd=ROOT)
+        assert kept.returncode == 1, source  # msgen's own data package and fixtures
+
+
+@pytest.mark.parametrize("vocab, code", [(256, EXIT_ERRORS), (512, 0)])
+def test_the_readme_vocab_advice_for_train_tokenizer(vocab, code, tmp_path):
+    """The tiny specs' 256 is refused with MSL601; 512, the smallest the README
+    suggests, trains a tokenizer and packs the data."""
+    from tests.data_fixtures import english, write_spec
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`vocab = 256` is refused" in readme and "512 to 4,096 for a small test corpus" in readme
+    spec = write_spec(tmp_path / "spec", vocab=vocab)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(english()), encoding="utf-8")
+    status, _, err = run("data", str(spec), str(corpus), "--paragraphs", "--train-tokenizer",
+                         "-o", str(tmp_path / "data"))  # fmt: skip
+    assert status == code, err
+    assert ("error[MSL601]" in err) == (vocab == 256)

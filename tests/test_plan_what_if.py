@@ -318,3 +318,54 @@ def test_hccn_conf_lines_end_at_newline_alone(tmp_path):
     (tmp_path / "hccn.conf").write_text("\n".join(digit) + "\n", encoding="utf-8")
     code, _, err = run("check", spec)
     assert code == EXIT_ERRORS and "error[MSL309]" in err
+
+
+# issue 21 item 7: one "spec with these settings" ---------------------------------------
+
+
+def ir_of(spec) -> dict:
+    """What a spec means for the estimate and the generated code, spans and the text's
+    hash aside."""
+
+    def plain(node):
+        if hasattr(node, "model_dump"):
+            node = node.model_dump(mode="json")
+        if isinstance(node, dict):
+            return {k: plain(v) for k, v in node.items() if "span" not in k and k != "sha256"}
+        if isinstance(node, list | tuple):
+            return [plain(v) for v in node]
+        return node
+
+    return plain(spec)
+
+
+@pytest.mark.parametrize("name", ["tiny.msl", "gpt7b.msl"])
+def test_a_what_if_is_the_spec_its_set_flags_compile(name):
+    """The planner's layouts and the budget's suggested changes are built on the IR
+    (msgen.estimate.whatif); `--set` with the same flags goes through the text and
+    lowering (msgen.compiler). Both follow one rule for what the settings leave to
+    follow, so they are the same spec: compared field by field, spans aside."""
+    import random
+
+    from msgen.compiler import analyze
+    from msgen.estimate.planner import layouts, recompute_modes, settings_of
+    from msgen.estimate.whatif import apply, candidates, describe
+
+    path = ROOT / "specs" / name
+    base = analyze(path)
+    spec, facts = base.spec, base.facts
+    layer_names = sorted({n.args["layer"] for n in spec.network.ops if n.kind == "repeat"})
+    total = sum(n.args["count"] for n in spec.network.ops if n.kind == "repeat")
+    plans = layouts(spec, total, recompute_modes(spec, layer_names, facts.graphs))
+    cases = [(tuple(p.sets), settings_of(p)) for p in random.Random(7).sample(plans, 12)]
+    cases += [
+        (describe(spec, dict(c.settings))[1], dict(c.settings)) for c in candidates(spec, facts)
+    ]
+    assert len(cases) > 15
+    for sets, settings in cases:
+        variant = apply(spec, settings)
+        compiled = analyze(path, list(sets))
+        if variant is None or compiled.spec is None:
+            assert variant is None and compiled.spec is None, sets
+            continue
+        assert ir_of(variant) == ir_of(compiled.spec), sets

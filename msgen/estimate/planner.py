@@ -167,11 +167,15 @@ def layouts(spec: Spec, layers_total: int, modes) -> list[Layout]:
 
 
 def settings_of(layout: Layout) -> dict:
-    """The layout as `whatif.apply` settings."""
+    """The layout as `whatif.apply` settings: its `--set` keys, typed; micro_batches
+    given, so nothing is re-derived."""
     settings: dict = {
-        "mesh": (layout.dp, layout.tp, layout.pp),
-        "micro_batch": layout.micro_batch,
-        "zero": layout.zero,
+        "mesh.dp": layout.dp,
+        "mesh.tp": layout.tp,
+        "mesh.pp": layout.pp,
+        "train.micro_batch": layout.micro_batch,
+        "pipeline.micro_batches": layout.micro_batches,
+        "train.zero": layout.zero,
     }
     for layer, mode in layout.recompute:
         if mode.startswith("select("):
@@ -179,20 +183,11 @@ def settings_of(layout: Layout) -> dict:
         else:
             settings[f"recompute.{layer}"] = (mode, ())
     if layout.schedule.startswith("interleaved"):
-        settings["schedule"] = Schedule.INTERLEAVED
-        settings["chunks"] = int(layout.schedule.split("=")[1].strip(" )"))
+        settings["pipeline.schedule"] = Schedule.INTERLEAVED
+        settings["pipeline.chunks"] = int(layout.schedule.split("=")[1].strip(" )"))
     else:
-        settings["schedule"] = layout.schedule
+        settings["pipeline.schedule"] = Schedule(layout.schedule)
     return settings
-
-
-def variant(spec: Spec, layout: Layout) -> Spec | None:
-    """The spec laid out so; micro_batches set explicitly."""
-    v = apply(spec, settings_of(layout))
-    if v is None:
-        return None
-    pipeline = v.pipeline.model_copy(update={"micro_batches": layout.micro_batches})
-    return v.model_copy(update={"pipeline": pipeline})
 
 
 def rank_key(objective: str):
@@ -222,7 +217,7 @@ def search(
     smallest: Ranked | None = None
     searched = 0
     for layout in candidates:
-        v = variant(spec, layout)
+        v = apply(spec, settings_of(layout))
         if v is None:
             continue
         group = (layout.dp, layout.tp, layout.pp, layout.micro_batch)

@@ -72,11 +72,13 @@ def with_devices(spec: Spec, devices: int) -> Spec:
     return spec.model_copy(update={"cluster": cluster})
 
 
-def rederived(spec: Spec, given: set[str]) -> tuple[list[str], list[str]]:
-    """`--set` arguments for the keys that follow from the given ones, and how each
-    changes (`dp 4 → 2`). `spec` is lowered with the given values in place."""
-    sets: list[str] = []
-    changes: list[str] = []
+def followers(spec: Spec, given: set[str]) -> dict[str, int]:
+    """The values that follow from the `given` keys, by `BLOCK.KEY`, where they change:
+    `mesh.dp` from the devices, a written `pipeline.micro_batches` from the global batch.
+    `spec` holds the given values. The one rule of "the spec with these settings",
+    for `--set` (msgen.compiler) and for the what-ifs and the planner, which build
+    their variants on the IR (msgen.estimate.whatif)."""
+    out: dict[str, int] = {}
     dp = spec.mesh.dp
     devices = spec.cluster.per_node * len(spec.cluster.nodes)
     per_replica = spec.mesh.tp * spec.mesh.pp
@@ -87,20 +89,26 @@ def rederived(spec: Spec, given: set[str]) -> tuple[list[str], list[str]]:
         and devices % per_replica == 0
         and devices // per_replica != dp
     ):
-        dp = devices // per_replica
-        sets.append(f"mesh.dp={dp}")
-        changes.append(f"dp {spec.mesh.dp} → {dp}")
+        dp = out["mesh.dp"] = devices // per_replica
     written = spec.pipeline.micro_batches
     per_step = spec.train.micro_batch * dp
     if (
         written is not None
         and "pipeline.micro_batches" not in given
-        and (given & MICRO_BATCHES_INPUTS or sets)
+        and (given & MICRO_BATCHES_INPUTS or out)
         and per_step
         and spec.train.global_batch % per_step == 0
         and spec.train.global_batch // per_step != written
     ):
-        micro_batches = spec.train.global_batch // per_step
-        sets.append(f"pipeline.micro_batches={micro_batches}")
-        changes.append(f"micro_batches {written} → {micro_batches}")
+        out["pipeline.micro_batches"] = spec.train.global_batch // per_step
+    return out
+
+
+def rederived(spec: Spec, given: set[str]) -> tuple[list[str], list[str]]:
+    """`--set` arguments for the keys that follow from the given ones, and how each
+    changes (`dp 4 → 2`). `spec` is lowered with the given values in place."""
+    follow = followers(spec, given)
+    old = {"mesh.dp": spec.mesh.dp, "pipeline.micro_batches": spec.pipeline.micro_batches}
+    sets = [f"{key}={value}" for key, value in follow.items()]
+    changes = [f"{key.partition('.')[2]} {old[key]} → {value}" for key, value in follow.items()]
     return sets, changes
