@@ -195,6 +195,10 @@ SAYS = {
     "msgen explain --list": ["MSL203  "],
     "msgen check specs/*.msl": [],
     "msgen compile specs/gpt7b.msl -o generated/": ["generated/gpt7b: "],
+    "msgen plan specs/gpt7b.msl --set mesh.tp=4": ["dp 2 x tp 4 x pp 1"],
+    "msgen plan specs/gpt7b.msl --set cluster.devices=16": [
+        "note: --set keeps the global batch: dp 4 → 8, micro_batches 64 → 32"
+    ],
 }
 
 
@@ -487,3 +491,23 @@ def test_the_readme_vocab_advice_for_train_tokenizer(vocab, code, tmp_path):
                          "-o", str(tmp_path / "data"))  # fmt: skip
     assert status == code, err
     assert ("error[MSL601]" in err) == (vocab == 256)
+
+
+def test_the_readme_plan_write_gives_a_spec_that_checks_estimates_and_compiles(
+    tmp_path, monkeypatch
+):
+    """`msgen plan specs/gpt7b.msl --write planned.msl`, as the README prints it, from the
+    top of a checkout: the spec lands in another folder than the one it came from and
+    still reads its hccn.conf, keeps the headroom (no MSL402), and compiles."""
+    import shutil
+
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    monkeypatch.chdir(tmp_path)
+    command = "msgen plan specs/gpt7b.msl --write planned.msl"
+    assert command in documented_commands()
+    code, _, err = run(*command.split()[1:])
+    assert code == 0, err
+    assert 'hccn("specs/hccn.conf")' in Path("planned.msl").read_text(encoding="utf-8")
+    for argv in (["check"], ["estimate"], ["compile", "-o", "generated/"]):
+        code, _, err = run(argv[0], "planned.msl", *argv[1:])
+        assert code == 0 and "warning" not in err and "error" not in err, (argv, err)
