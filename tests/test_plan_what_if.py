@@ -369,3 +369,33 @@ def test_a_what_if_is_the_spec_its_set_flags_compile(name):
             assert variant is None and compiled.spec is None, sets
             continue
         assert ir_of(variant) == ir_of(compiled.spec), sets
+
+
+@pytest.mark.parametrize("char", BREAKS[:3], ids=[f"U+{ord(c):04X}" for c in BREAKS[:3]])
+def test_fmt_check_numbers_its_diff_as_diagnostics_number_lines(char, tmp_path):
+    """The same class in `fmt --check`: the diff's hunk says the line the parser says."""
+    from msgen.syntax.parser import parse
+
+    text = TINY.read_text(encoding="utf-8").replace("msl 0.1\n", f"msl 0.1\n# a{char}b\n", 1)
+    text = text.replace("    dp = 2\n", "    dp =    2\n", 1)  # fmt puts it back
+    spec = tmp_path / "t.msl"
+    spec.write_text(text, encoding="utf-8")
+    shutil.copy(ROOT / "specs" / "hccn.conf", tmp_path)
+    module, _ = parse(text, "t")
+    (mesh,) = [b for b in module.blocks if b.kind.name == "mesh"]
+    line = mesh.stmts[0].span.line
+    code, out, _ = run("fmt", "--check", spec)
+    assert code == 3
+    removed = [d for d in out.splitlines() if d.startswith("-    dp")]
+    assert removed == ["-    dp =    2"]
+    at = None  # the old file's line number, walking the hunks
+    for d in out.split("\n"):
+        if d.startswith("@@"):
+            at = int(d.split()[1][1:].split(",")[0])
+        elif d.startswith("-    dp"):
+            assert at == line
+            break
+        elif d.startswith((" ", "-")) and not d.startswith("---"):
+            at += 1
+    else:
+        raise AssertionError("no removed dp line in the diff")

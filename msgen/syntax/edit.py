@@ -31,6 +31,13 @@ def line_starts(text: str) -> list[int]:
     return starts + [len(text)]
 
 
+def lines_with_ends(text: str) -> list[str]:
+    """The text's lines, each with its `\n`, as the lexer counts them (for diffs whose
+    line numbers must be the ones diagnostics give)."""
+    starts = line_starts(text)
+    return [text[a:b] for a, b in zip(starts, starts[1:], strict=False) if a < b]
+
+
 def _strings_read(module: ast.Module):
     """The string literals that name a file relative to the spec: `hccn("path")`."""
 
