@@ -399,3 +399,20 @@ def test_fmt_check_numbers_its_diff_as_diagnostics_number_lines(char, tmp_path):
             at += 1
     else:
         raise AssertionError("no removed dp line in the diff")
+
+
+def test_a_spec_that_would_not_parse_is_never_written(tmp_path, monkeypatch):
+    """Had an edit still landed wrong, --write would have saved whatever came out; the
+    edited text is parsed first and nothing is written when it does not parse."""
+    import msgen.commands.plan as plan_command
+
+    real = plan_command.write_settings
+
+    def off_by_one(text, settings, file, move):  # an edit at a wrong offset
+        return real(text, settings, file, move).replace("mesh {", "mesh {{", 1)
+
+    monkeypatch.setattr(plan_command, "write_settings", off_by_one)
+    out = tmp_path / "w.msl"
+    code, _, err = run("plan", TINY, "--top", "1", "--write", out)
+    assert code == EXIT_USAGE and "the spec with the plan's settings is wrong" in err
+    assert "Traceback" not in err and not out.exists()
