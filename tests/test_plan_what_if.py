@@ -105,9 +105,10 @@ def test_plan_searches_the_devices_of_the_what_if(tmp_path):
     for p in doc["plans"]:
         v = values(p)
         assert int(v["mesh.dp"]) * int(v["mesh.tp"]) * int(v["mesh.pp"]) == 16
-        # estimate with the plan's flags and the same what-if: the same step
+        # the plan's flags hold the what-if too: estimate with them gives the same step
+        assert p["set"][0] == "cluster.devices=16"
         sets = [a for s in p["set"] for a in ("--set", s)]
-        code, out, err = run("estimate", GPT7B, "--json", "--set", "cluster.devices=16", *sets)
+        code, out, err = run("estimate", GPT7B, "--json", *sets)
         assert code == 0, err
         assert json.loads(out)["time"]["step_s"] == p["step_s"]
     # the first plan on 16 devices is at least as fast per step as on 8 (half the batch each)

@@ -46,7 +46,7 @@ def plan_command(result, options: PlanOptions) -> int:
         )
     pick = options.pick or 1
     found = search(
-        result.spec, result.facts, options.objective, max(options.top, pick), frozenset(given)
+        result.spec, result.facts, options.objective, max(options.top, pick), options.sets
     )
     shown = replace(found, plans=found.plans[: options.top])
     if options.json:

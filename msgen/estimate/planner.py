@@ -35,6 +35,7 @@ from msgen.estimate.whatif import apply
 from msgen.ir.models import Spec
 from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
+from msgen.syntax.overrides import override_keys
 
 CHUNKS = (2, 4)
 MAX_MICRO_BATCH = 16
@@ -101,6 +102,11 @@ class Search:
     searched: int
     fitting: int
     smallest: Ranked | None  # when nothing fits: the layout with the lowest peak
+    fixed: tuple[str, ...] = ()  # the --set values searched from that no layout sets
+
+    def flags(self, r: Ranked) -> tuple[str, ...]:
+        """Every `--set` that gives `r`: the fixed ones, then the layout's."""
+        return self.fixed + r.layout.sets
 
 
 def written(spec: Spec, layers: list[str]) -> Layout:
@@ -201,14 +207,17 @@ def rank_key(objective: str):
 
 
 def search(
-    spec: Spec, facts, objective: str = "time", top: int = 5, pinned: frozenset[str] = frozenset()
+    spec: Spec, facts, objective: str = "time", top: int = 5, given: tuple[str, ...] = ()
 ) -> Search:
-    """Every layout of the spec's devices that keeps the `pinned` keys' values, checked,
-    estimated, and the fitting ones timed."""
+    """Every layout of the spec's devices that keeps the values of the keys `given` with
+    `--set` (the spec holds them), checked, estimated, and the fitting ones timed."""
     layers_total = sum(r.count for r in Plan(spec, facts).repeats)
     layer_names = sorted({n.args["layer"] for n in spec.network.ops if n.kind == "repeat"})
     modes = recompute_modes(spec, layer_names, facts.graphs)
     mine = written(spec, layer_names)
+    pinned = frozenset(override_keys(list(given)))
+    searched_keys = override_keys(list(mine.sets))
+    fixed = tuple(s for s in given if not override_keys([s]) & searched_keys)
     candidates = [c for c in layouts(spec, layers_total, modes) if c.keeps(mine, pinned)]
     if mine not in candidates:
         candidates.append(mine)
@@ -247,4 +256,6 @@ def search(
         est = estimate(plan)
         timing = step_time(plan, est)
         as_written = Ranked(mine, est, timing) if timing else None
-    return Search(as_written, spec_fits, tuple(fitting[:top]), searched, len(fitting), smallest)
+    return Search(
+        as_written, spec_fits, tuple(fitting[:top]), searched, len(fitting), smallest, fixed
+    )
