@@ -417,3 +417,21 @@ def test_a_spec_that_would_not_parse_is_never_written(tmp_path, monkeypatch):
     code, _, err = run("plan", TINY, "--top", "1", "--write", out)
     assert code == EXIT_USAGE and "the spec with the plan's settings is wrong" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def test_write_saves_the_set_values_with_the_plan(tmp_path):
+    """`plan --set model.seq=64 --set mesh.tp=1 --write F`: F holds both, and estimates as
+    the plan that was printed."""
+    from msgen.compiler import analyze
+
+    doc = plan_json(TINY, "--top", "1", "--set", "model.seq=64", "--set", "mesh.tp=1")
+    (top,) = doc["plans"]
+    assert top["set"][0] == "model.seq=64" and values(top)["mesh.tp"] == "1"
+    out = tmp_path / "w.msl"
+    argv = ["plan", TINY, "--top", "1", "--set", "model.seq=64", "--set", "mesh.tp=1"]
+    code, _, err = run(*argv, "--write", out)
+    assert code == 0, err
+    written = analyze(out)
+    assert written.ok and written.spec.model.dims["seq"] == 64 and written.spec.mesh.tp == 1
+    code, est, err = run("estimate", out, "--json")
+    assert code == 0 and json.loads(est)["time"]["step_s"] == top["step_s"]

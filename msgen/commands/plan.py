@@ -62,34 +62,20 @@ def plan_command(result, options: PlanOptions) -> int:
                 "--write: no plan keeps the 10% fragmentation headroom, so `check` would "
                 "warn MSL402 on the spec written; choose one anyway with --pick N"
             )
-        write_plan(options.spec, options.write, chosen, options.force, options.sets)
+        write_plan(options.spec, options.write, chosen, options.force, found.flags(chosen))
     return EXIT_OK if found.plans else EXIT_ERRORS
 
 
-def settings(sets: tuple[str, ...], plan: Ranked) -> list[str]:
-    """The `--set` values and the plan's, one per key (the plan's win: they hold the
-    values `--set` re-derived)."""
-    by_key = {}
-    for item in (*sets, *plan.layout.sets):
-        path, _, value = item.partition("=")
-        block, _, key = path.partition(".")
-        by_key[f"{block.strip()}.{key.strip()}"] = value.strip()
-    return [f"{key}={value}" for key, value in by_key.items()]
-
-
-def write_plan(
-    spec: Path, out: Path, plan: Ranked, force: bool, sets: tuple[str, ...] = ()
-) -> None:
-    """The spec with the `--set` values and the plan's settings written in, and the
+def write_plan(spec: Path, out: Path, plan: Ranked, force: bool, flags: tuple[str, ...]) -> None:
+    """The spec with the plan's `--set` flags written in (msgen.estimate.planner's
+    Search.flags: the search's fixed values, then the layout's), and the
     paths it reads rebased to `out`'s folder (msgen.syntax.edit), laid out as `msgen fmt`
     does, into `out`: never the spec itself, and an existing file only with --force."""
     if out.exists() and not force and not (spec.exists() and out.samefile(spec)):
         raise UsageError(f"--write {out} exists; add --force to replace it")
     text = read_source(spec)
     try:
-        edited = write_settings(
-            text, settings(sets, plan), str(spec), rebased(spec.parent, out.parent)
-        )
+        edited = write_settings(text, list(flags), str(spec), rebased(spec.parent, out.parent))
     except ValueError as exc:
         raise UsageError(f"--write {out}: {exc}") from exc
     formatted, diags = format_text(edited, str(out))
