@@ -466,6 +466,12 @@ def test_the_llama_example_says_how_many_parameters_it_has(tmp_path):
     assert llama2 == 6_738_415_616 and f"{llama2:,} (6.74 B)" in " ".join(text.split())
 
 
+def test_the_readme_says_how_long_make_test_takes():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme[readme.index("## Quick start") : readme.index("## Commands")]
+    assert re.search(r"`make test` takes about \d+ minutes", quick)
+
+
 def test_git_ignores_the_data_the_readme_writes():
     import subprocess
 
