@@ -56,15 +56,17 @@ def _report(result, fmt: str) -> None:
 
         diags = sorted(result.diagnostics, key=sort_key)
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
+    if result.stopped and fmt == "text":
+        sys.stderr.write(f"note: {result.stopped}\n")
     if result.rederived and fmt == "text":
         changes = ", ".join(result.rederived)
-        sys.stderr.write(f"note: --set keeps the devices and the global batch: {changes}\n")
+        sys.stderr.write(f"note: --set keeps {result.kept}: {changes}\n")
 
 
-def _analyze(path: str, fmt: str, overrides=()):
+def _analyze(path: str, fmt: str, overrides=(), what_if: bool = False):
     p, analyze = _read_spec(path)
     try:
-        result = analyze(p, list(overrides))
+        result = analyze(p, list(overrides), what_if)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     _report(result, fmt)
@@ -102,7 +104,7 @@ def check_summary(specs: int, errors: int, warnings: int) -> str:
 def cmd_estimate(args) -> int:
     from msgen.commands.estimate import EstimateOptions, estimate_command
 
-    result = _analyze(args.file, args.error_format, args.set)
+    result = _analyze(args.file, args.error_format, args.set, what_if=True)
     options = EstimateOptions(Path(args.file), args.json, args.svg, tuple(args.set))
     return estimate_command(result, options)
 
@@ -110,11 +112,12 @@ def cmd_estimate(args) -> int:
 def cmd_plan(args) -> int:
     from msgen.commands.plan import PlanOptions, plan_command
 
-    result = _analyze(args.file, args.error_format)
+    result = _analyze(args.file, args.error_format, args.set, what_if=True)
     write = Path(args.write) if args.write is not None else None
     options = PlanOptions(
-        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force
-    )
+        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force,
+        tuple(args.set),
+    )  # fmt: skip
     return plan_command(result, options)
 
 
@@ -276,9 +279,10 @@ def _plan_command(sub) -> None:
                    help="rank by predicted step time (default) or by peak memory")  # fmt: skip
     p.add_argument("--write", metavar="FILE",
                    help="save the top plan (or --pick N) as a spec, laid out as msgen fmt does")  # fmt: skip
-    p.add_argument("--pick", type=int, default=1, metavar="N",
+    p.add_argument("--pick", type=int, metavar="N",
                    help="with --write: the N-th plan (default 1)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="with --write: replace an existing FILE")
+    add_set_option(p)
 
 
 def _compile_command(sub) -> None:

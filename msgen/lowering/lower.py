@@ -475,11 +475,13 @@ class Lowering:
             return None
         self.sources.append(data)
         found: dict[int, str] = {}
-        for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            m = re.fullmatch(r"\s*address_(\d+)\s*=\s*(\S+)\s*", line)
+        # lines end at \n alone (str.splitlines also breaks at \f, \x85, U+2028...);
+        # digits, spaces and key characters are ASCII ones (`address_٣` is no device 3)
+        for lineno, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+            m = re.fullmatch(r"\s*address_(\d+)\s*=\s*(\S+)\s*", line, re.ASCII)
             if m:
                 found[int(m.group(1))] = m.group(2)
-            elif line.strip() and not re.match(r"\s*(#|\w+_\d+\s*=)", line):
+            elif line.strip() and not re.match(r"\s*(#|\w+_\d+\s*=)", line, re.ASCII):
                 # quote the key at most: the file may be anything (never its lines)
                 key = re.match(r"\s*(\w{1,40})\s*=", line)
                 what = f" (key {key.group(1)!r})" if key else ""
