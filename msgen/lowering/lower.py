@@ -30,7 +30,7 @@ from msgen.ir.schema import (
     RecomputeMode,
     Schedule,
 )
-from msgen.lowering.evaluate import UNIT_BYTES, Evaluator
+from msgen.lowering.evaluate import UNIT_BYTES, DefinedAfter, Evaluator
 from msgen.ops import OPERATORS, OPS
 from msgen.syntax import ast
 from msgen.syntax.parser import read_regular
@@ -112,6 +112,14 @@ class Lowering:
         self.err("MSL108", f"{what} must be a string in double quotes", expr.span)
         return None
 
+    def path_value(self, expr: ast.Expr, what: str) -> str | None:
+        """A string naming a file: never empty (`mindrecord("")` is not "no data")."""
+        value = self.string_value(expr, what)
+        if value == "":
+            self.err("MSL108", f"{what} is empty", expr.span, "no data is written `data = none`")
+            return None
+        return value
+
     def call(self, expr: ast.Expr, what: str, ev: Evaluator) -> ir.Call | None:
         if isinstance(expr, ast.Name):
             return ir.Call.model_construct(span=expr.span, name=expr.name)
@@ -120,10 +128,14 @@ class Lowering:
             return None
         args, spans = {}, {}
         for kw in expr.kwargs:
+            if kw.name.name in spans:  # as an op's (MSL115): never the last one winning
+                self.err("MSL115", f"`{kw.name.name}` is given twice", kw.name.span)
+                return None
+            spans[kw.name.name] = kw.span
             value = self.scalar(kw.value, ev)
             if value is not None:
                 args[kw.name.name] = value
-                spans[kw.name.name] = kw.span
+        spans = {k: v for k, v in spans.items() if k in args}
         return ir.Call.model_construct(
             span=expr.span, name=expr.func.name, args=args, arg_spans=spans
         )
@@ -232,6 +244,8 @@ class Lowering:
         spans: dict[str, Span] = {}
         dtype = param_dtype = Dtype.FP32
         assigns = [s for s in block.stmts if isinstance(s, ast.Assign)]
+        later = DefinedAfter({s.target.name: i for i, s in enumerate(assigns)})
+        ev = Evaluator(dims, self.diags, later, self.failed_dims)
         for stmt in block.stmts:
             if not isinstance(stmt, ast.Assign):
                 self.err("MSL104", "this statement does not belong in a `model` block", stmt.span)
@@ -261,8 +275,8 @@ class Lowering:
                     "pick another name",
                 )
                 continue
-            later = {s.target.name for s in assigns[i + 1 :]}
-            value = Evaluator(dims, self.diags, later, self.failed_dims).dim(stmt.value, key)
+            later.index = i
+            value = ev.dim(stmt.value, key)
             if value is not None:
                 dims[key] = value
             else:
@@ -380,10 +394,10 @@ class Lowering:
             and all(kw.name.name == "valid" for kw in expr.kwargs)
             and len(expr.kwargs) <= 1
         ):
-            train = self.string_value(expr.args[0], "the mindrecord path")
+            train = self.path_value(expr.args[0], "the mindrecord path")
             valid = None
             for kw in expr.kwargs:
-                valid = self.string_value(kw.value, "the validation mindrecord path")
+                valid = self.path_value(kw.value, "the validation mindrecord path")
             return train, valid
         self.err(
             "MSL108",
@@ -476,7 +490,10 @@ class Lowering:
         self.sources.append(data)
         found: dict[int, str] = {}
         for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            m = re.fullmatch(r"\s*address_(\d+)\s*=\s*(\S+)\s*", line)
+            m = re.fullmatch(r"\s*address_0*(\d+)\s*=\s*(\S+)\s*", line)
+            if m and len(m.group(1)) > 9:  # never int() of 4,300 digits and more
+                self.err("MSL309", f"`{path}` line {lineno} numbers a device past 10^9", span)
+                return None
             if m:
                 found[int(m.group(1))] = m.group(2)
             elif line.strip() and not re.match(r"\s*(#|\w+_\d+\s*=)", line):
