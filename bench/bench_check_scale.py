@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             per[n] = med / n
             mib = len(texts[n].encode()) / 2**20
             spread = max(times[n]) - min(times[n])
-            print(f"  {n:>10} {mib:>6.2f} {med:>9.3f} {spread:>9.3f} {per[n] * 1e6:>8.1f}")
+            print(
+                f"  {n:>10} {mib:>6.2f} {med:>9.3f} {spread:>9.3f} {per[n] * 1e6:>8.1f}", flush=True
+            )
         ratio = per[ns[-1]] / per[ns[0]]
         worst = max(worst, ratio)
         print(f"  time per statement, {ns[-1]} / {ns[0]}: {ratio:.2f} (target <= {TARGET})")
