@@ -211,7 +211,7 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
                 for p in of.layout.params:
                     span = node.param_shardings.get(p.name, node).span
                     divisibility.check(f"{node.name}.{p.name}", p.shape, p.split, span)
-                    if node.kind == "embedding":
+                    if OPS[node.kind].tieable:
                         tied[node.name] = p
                 for what, n, axes in OPS[node.kind].divisible(node, of.layout, op_ctx):
                     divisibility.check(what, (n,), (axes,), node.span)
