@@ -5,7 +5,7 @@ spec limit? Two shapes of model block, n statements each:
 - unknown: u1 = x1, u2 = x2, ...    (every dim uses a name nothing defines:
            n MSL101 errors)
 
-    python bench/bench_check_scale.py [-r 3]
+    python bench/bench_check_scale.py [-r 3] [--smallest N] [--largest N] [--shape S]
 
 For n doubling up to the largest spec under 16 MiB, the check of every size runs
 in turn, round after round (interleaved, so a slow moment of a shared machine
@@ -41,9 +41,9 @@ def spec(shape: str, n: int) -> str:
     return BASE.replace("model tiny {\n", "model tiny {\n" + "\n".join(lines) + "\n", 1)
 
 
-def sizes(shape: str, smallest: int) -> list[int]:
+def sizes(shape: str, smallest: int, largest: int | None) -> list[int]:
     out, n = [], smallest
-    while len(spec(shape, n).encode()) <= SPEC_LIMIT:
+    while len(spec(shape, n).encode()) <= SPEC_LIMIT and (largest is None or n <= largest):
         out.append(n)
         n *= 2
     return out
@@ -59,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--rounds", type=int, default=3, help="timed runs per size")
     parser.add_argument("--smallest", type=int, default=2000)
+    parser.add_argument("--largest", type=int, help="statements (default: up to 16 MiB)")
+    parser.add_argument("--shape", choices=("chain", "unknown"), action="append")
     args = parser.parse_args(argv)
     worst = 0.0
-    for shape in ("chain", "unknown"):
-        ns = sizes(shape, args.smallest)
+    for shape in args.shape or ("chain", "unknown"):
+        ns = sizes(shape, args.smallest, args.largest)
         texts = {n: spec(shape, n) for n in ns}
         times: dict[int, list[float]] = {n: [] for n in ns}
         check_time(texts[ns[0]])  # warm: the grammar tables and the op library
