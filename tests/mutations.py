@@ -159,10 +159,16 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def whatif_value(rnd: random.Random) -> str:
+    """Mostly a power of two up to 128 (a value a user tries: it gets past lowering
+    to the checks and the estimate), else one of WHATIF_VALUES."""
+    return str(2 ** rnd.randint(0, 7)) if rnd.random() < 0.8 else rnd.choice(WHATIF_VALUES)
+
+
 def whatifs(name: str, rnd: random.Random) -> list[str]:
     """`--set` flags: a whole other layout of the devices and the batch (dp, tp, pp,
-    micro-batch, micro-batches, zero: what a user trying layouts writes), or one to
-    three mesh and batch keys with values from WHATIF_VALUES; now and then another
+    micro-batch, micro-batches, zero: what a user trying layouts writes), or some
+    mesh and batch keys with values from WHATIF_VALUES; now and then another
     key with a hostile value."""
     if rnd.random() < 0.5:
         devices, batch, layers = sizes(name)
@@ -176,8 +182,9 @@ def whatifs(name: str, rnd: random.Random) -> list[str]:
                   "train.zero": rnd.choice((0, 1, 2, 3)) if dp > 1 else 0}  # fmt: skip
         flags = [f for key, v in chosen.items() for f in ("--set", f"{key}={v}")]
     else:
-        keys = rnd.sample(WHATIF_KEYS, rnd.choice((1, 2, 3)))
-        flags = [f for key in keys for f in ("--set", f"{key}={rnd.choice(WHATIF_VALUES)}")]
+        # each key at 40%: two mesh keys together (tp and pp: H10) are common
+        keys = [k for k in WHATIF_KEYS if rnd.random() < 0.4] or [rnd.choice(WHATIF_KEYS)]
+        flags = [f for key in keys for f in ("--set", f"{key}={whatif_value(rnd)}")]
     if rnd.random() < 0.1:
         value = rnd.choice([*NUMBERS, *HOSTILE, "adamw(lr = 1e999)", "[" * 3000])
         flags += ["--set", f"{rnd.choice(OTHER_SET)}={value}"]
