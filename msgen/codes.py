@@ -109,7 +109,8 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL115": (
         "wrong arguments",
         "An op got too many positional arguments, an unknown keyword, the same argument twice, "
-        "or lacks a required one. docs/language.md gives each op's signature.",
+        "or lacks a required one; the optimizer or the schedule got the same argument twice. "
+        "docs/language.md gives each op's signature.",
     ),
     "MSL116": (
         "wrong kind of operand",
