@@ -1,0 +1,475 @@
+"""`msgen doctor` on a fake Ascend host: `npu-smi` and `hccn_tool` on PATH are scripts
+that print what the real tools print, for a healthy host and for one fault at a time.
+
+The formats are Huawei's:
+- `npu-smi info`: Ascend HDK "npu-smi Command Reference", "info" (query all devices):
+  a title block, two rows per chip (`NPU Name | Health | Power(W) Temp(C)
+  Hugepages-Usage(page)` and `Chip | Bus-Id | AICore(%) Memory-Usage(MB)
+  HBM-Usage(MB)`), then the process table (`NPU Chip | Process id | Process name |
+  Process memory(MB)` or `No running processes found in NPU N`); the rows below are an
+  Atlas 800T A2's (910B3), laid out as that reference shows them.
+- `hccn_tool`: Ascend HDK "HCCN Tool Interface Reference": `-i N -ip -g` prints
+  `ipaddr:` and `netmask:` lines; `-i N -link -g` prints `link status: UP`;
+  `-i N -tls -g` ("Querying the TLS Certificate Information of an NPU Device") prints
+  `dev_id:N, tls switch[0](0:disable, 1:enable), tls preconfigured[1](0:non-preset,
+  1:preset), tls alarm time threshold[60]days`; `-i N -ping -g address A` ends with
+  `3 packets transmitted, 3 received, 0.00% packet loss`.
+- The CANN and driver version files: MindSpore 2.10's run_check/_check_version.py reads
+  `Version=` of `$ASCEND_HOME_PATH/compiler/version.info`; mindformers 2.0.0's
+  run_check.py reads `<driver>/version.info`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from msgen.compiler import analyze
+from msgen.doctor.command import DoctorOptions, Host, doctor_command
+
+REPO = Path(__file__).resolve().parent.parent
+SPECS = REPO / "specs"
+VENV_BIN = str(Path(sys.executable).parent)  # python with MindSpore, and msrun
+
+ROW_SEP = "+===========================+===============+====================================================+"
+
+
+def npu_smi_info(devices=range(8), health=None, processes=None) -> str:
+    """`npu-smi info` of an Atlas 800T A2 (one chip per NPU)."""
+    health = health or {}
+    processes = processes or {}
+    out = [
+        "+------------------------------------------------------------------------------------------------+",
+        "| npu-smi 24.1.0                   Version: 24.1.0                                               |",
+        "+---------------------------+---------------+----------------------------------------------------+",
+        "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
+        "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |",
+        ROW_SEP,
+    ]
+    for d in devices:
+        out.append(
+            f"| {d:<5} {'910B3':<19} | {health.get(d, 'OK'):<13} | 92.1        38                0    / 0             |"
+        )
+        out.append(
+            f"| {0:<25} | 0000:{0xC1 + d:02X}:00.0  | 0           0    / 0          3391 / 65536         |"
+        )
+        out.append(ROW_SEP)
+    out.append(
+        "+---------------------------+---------------+----------------------------------------------------+"
+    )
+    out.append(
+        "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |"
+    )
+    out.append(ROW_SEP)
+    for d in devices:
+        if d in processes:
+            pid, name = processes[d]
+            out.append(f"| {d:<7} {0:<17} | {pid:<13} | {name:<24} | 17400                   |")
+        else:
+            out.append(f"| No running processes found in NPU {d:<61}|")
+        out.append(ROW_SEP)
+    return "\n".join(out) + "\n"
+
+
+# The spec's addresses (specs/hccn.conf): 192.98.1<d>.1; a /16 puts them in one subnet.
+def hccn_files(ips, netmask="255.255.0.0", link=None, tls=None) -> dict[str, str]:
+    link, tls = link or {}, tls or {}
+    files = {}
+    for d, ip in enumerate(ips):
+        files[f"ip_{d}"] = f"ipaddr:{ip}\nnetmask:{netmask}\n"
+        files[f"link_{d}"] = f"link status: {link.get(d, 'UP')}\n"
+        files[f"tls_{d}"] = (
+            f"dev_id:{d}, tls switch[{tls.get(d, 0)}](0:disable, 1:enable), tls preconfigured[1]"
+            "(0:non-preset, 1:preset), tls alarm time threshold[60]days\n"
+            f"dev_id:{d}, [pub cert] info:\n         issuer[/C=CN/ST=GD/O=HUAWEI/OU=2012/CN=2_1thCA]\n"
+        )
+    return files
+
+
+def ping_reply(device: int, address: str, received: int = 3) -> str:
+    lines = [f"device {device} PING {address}"]
+    lines += [f"recv seq={i},time=0.03{i}000ms" for i in range(received)]
+    lines += [f"recv time out seq={i}" for i in range(received, 3)]
+    loss = 100 * (3 - received) / 3
+    lines.append(f"3 packets transmitted, {received} received, {loss:.2f}% packet loss")
+    return "\n".join(lines) + "\n"
+
+
+NPU_SMI = '#!/bin/sh\n[ "$1" = info ] || exit 2\ncat "$FAKE_TOOLS/npu-smi.txt"\n'
+# hccn_tool -i N -ip|-link|-tls -g ; hccn_tool -i N -ping -g address A
+HCCN_TOOL = r"""#!/bin/sh
+dev=$2
+op=${3#-}
+if [ "$op" = ping ]; then file="$FAKE_TOOLS/hccn/ping_${dev}_$6"; else file="$FAKE_TOOLS/hccn/${op}_$dev"; fi
+[ -f "$file" ] || { echo "hccn_tool: cannot get $op of device $dev" >&2; exit 1; }
+cat "$file"
+"""
+
+SPEC_IPS = tuple(f"192.98.{10 + d}.1" for d in range(8))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_range(n: int = 32) -> int:
+    """A base port with n free ports after it (for HCCL_IF_BASE_PORT)."""
+    for base in range(41000, 49000, 64):
+        try:
+            socks = []
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+class FakeHost:
+    """A tmp folder with fake tools, version files and an environment."""
+
+    def __init__(self, root: Path, ascend: bool = True):
+        self.root = root
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.tools = root / "tools"
+        (self.tools / "hccn").mkdir(parents=True)
+        self.toolkit = root / "toolkit"
+        self.driver = root / "driver"
+        self.env = {
+            "PATH": os.pathsep.join([str(self.bin), VENV_BIN, "/usr/bin", "/bin"]),
+            "FAKE_TOOLS": str(self.tools),
+            "ASCEND_HOME_PATH": str(self.toolkit),
+            "PYTHONPATH": str(self.toolkit / "opp/built-in/op_impl/ai_core/tbe"),
+            "LD_LIBRARY_PATH": str(self.driver / "lib64"),
+            "ASCEND_OPP_PATH": str(self.toolkit / "opp"),
+            "MASTER_PORT": str(free_port()),
+            "HCCL_IF_BASE_PORT": str(free_range()),
+        }
+        self.cann("9.1.0")
+        self.write(self.driver / "version.info", "Version=26.1.0\npackage_version=26.1.0\n")
+        if ascend:
+            for name, text in (("npu-smi", NPU_SMI), ("hccn_tool", HCCN_TOOL)):
+                self.write(self.bin / name, text).chmod(0o755)
+            self.npu_smi(npu_smi_info())
+            self.hccn(hccn_files(SPEC_IPS))
+
+    @staticmethod
+    def write(path: Path, text: str) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def cann(self, version: str) -> None:
+        self.write(self.toolkit / "compiler" / "version.info", f"Version={version}\n")
+
+    def npu_smi(self, text: str) -> None:
+        self.write(self.tools / "npu-smi.txt", text)
+
+    def hccn(self, files: dict[str, str]) -> None:
+        for name, text in files.items():
+            self.write(self.tools / "hccn" / name, text)
+
+    def doctor(self, spec: Path, *sets: str, **options) -> tuple[int, dict]:
+        result = analyze(spec, list(sets))
+        assert result.ok, result.diagnostics
+        options.setdefault("output", self.root / "output")
+        options.setdefault("tree", self.root / "tree")
+        opts = DoctorOptions(spec, json=True, **options)
+        host = Host(environ=self.env, machine="aarch64", driver_root=str(self.driver))
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = doctor_command(result, opts, host)
+        return status, json.loads(out.getvalue())
+
+
+def errors(doc: dict) -> list[tuple[str, int | None]]:
+    return [(c["topic"], c.get("device")) for c in doc["checks"] if c["status"] == "error"]
+
+
+def by_status(doc: dict, status: str) -> list[dict]:
+    return [c for c in doc["checks"] if c["status"] == status]
+
+
+@pytest.fixture
+def host(tmp_path) -> FakeHost:
+    return FakeHost(tmp_path)
+
+
+TINY = SPECS / "tiny.msl"
+
+
+def test_healthy_host_has_no_error_and_no_warning(host):
+    status, doc = host.doctor(TINY)
+    assert status == 0
+    assert errors(doc) == [] and by_status(doc, "warning") == []
+    topics = {c["topic"] for c in by_status(doc, "ok")}
+    assert {
+        "node",
+        "mindspore",
+        "cann",
+        "driver",
+        "paths",
+        "npu",
+        "hccn",
+        "port",
+        "master",
+        "disk",
+        "memory",
+    } <= topics
+
+
+@pytest.mark.parametrize(
+    "fault, expected",
+    [
+        ("missing_device", [("npu", 7)]),
+        ("busy_device", [("npu", 3)]),
+        ("unhealthy_device", [("npu", 1)]),
+        ("other_ip", [("hccn", 5)]),
+        ("link_down", [("hccn", 2)]),
+        ("mixed_tls", [("hccn", None)]),
+        ("busy_master_port", [("port", None)]),
+        ("busy_hccl_port", [("port", None)]),
+        ("cann_outside", [("cann", None)]),
+    ],
+)
+def test_each_fault_gives_exactly_its_error(host, fault, expected):
+    held = None
+    if fault == "missing_device":
+        host.npu_smi(npu_smi_info(devices=range(7)))
+    elif fault == "busy_device":
+        host.npu_smi(npu_smi_info(processes={3: (124528, "python3.9")}))
+    elif fault == "unhealthy_device":
+        host.npu_smi(npu_smi_info(health={1: "Alarm"}))
+    elif fault == "other_ip":
+        host.hccn({"ip_5": "ipaddr:192.98.99.1\nnetmask:255.255.0.0\n"})
+    elif fault == "link_down":
+        host.hccn({"link_2": "link status: DOWN\n"})
+    elif fault == "mixed_tls":
+        host.hccn(hccn_files(SPEC_IPS, tls={6: 1}))
+    elif fault in ("busy_master_port", "busy_hccl_port"):
+        held = socket.socket()
+        port = (
+            host.env["MASTER_PORT"]
+            if fault == "busy_master_port"
+            else host.env["HCCL_IF_BASE_PORT"]
+        )
+        held.bind(("127.0.0.1", int(port) + (7 if fault == "busy_hccl_port" else 0)))
+        held.listen()
+    elif fault == "cann_outside":
+        host.cann("8.0.RC2")
+    try:
+        status, doc = host.doctor(TINY)
+    finally:
+        if held:
+            held.close()
+    assert status == 1
+    assert errors(doc) == expected, by_status(doc, "error")
+    assert all(c.get("fix") for c in by_status(doc, "error"))
+
+
+def test_the_error_names_what_is_wrong(host):
+    host.hccn({"ip_5": "ipaddr:192.98.99.1\nnetmask:255.255.0.0\n"})
+    host.hccn({"link_2": "link status: DOWN\n"})
+    host.hccn(
+        {
+            "tls_6": "dev_id:6, tls switch[1](0:disable, 1:enable), tls alarm time threshold[60]days\n"
+        }
+    )
+    _, doc = host.doctor(TINY)
+    messages = [c["message"] for c in by_status(doc, "error")]
+    assert messages == [
+        "device 2: link is DOWN",
+        "device 5 has address 192.98.99.1; the spec's device_ips give 192.98.15.1",
+        "TLS is on for devices 6 and off for 0, 1, 2, 3, 4, 5, 7",
+    ]
+
+
+def test_cann_inside_the_set_but_not_the_pairing_is_a_warning(host):
+    host.cann("8.5.0")
+    status, doc = host.doctor(TINY)
+    assert status == 0 and errors(doc) == []
+    warned = [(c["topic"], c["message"]) for c in by_status(doc, "warning")]
+    assert [t for t, _ in warned] == ["cann", "driver"]  # and 26.1.0 is not 8.5.0's driver (25.5.0)
+    assert "25.5.0" in warned[1][1]
+
+
+def test_subnet_rule_of_the_910b_is_a_warning(host):
+    host.hccn(hccn_files(SPEC_IPS, netmask="255.255.255.0"))  # each device its own /24
+    status, doc = host.doctor(TINY)
+    assert status == 0
+    assert [c["topic"] for c in by_status(doc, "warning")] == ["hccn"]
+
+
+def spec_variant(tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    """specs/tiny.msl with text replaced, beside a copy of its hccn.conf."""
+    spec = tmp_path / "spec" / f"{name}.msl"
+    spec.parent.mkdir(exist_ok=True)
+    (spec.parent / "hccn.conf").write_text((SPECS / "hccn.conf").read_text())
+    text = TINY.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    spec.write_text(text)
+    return spec
+
+
+@pytest.mark.parametrize(
+    "netmask, expected", [("255.255.255.0", []), ("255.255.0.0", [1, 2, 3, 5, 6, 7])]
+)
+def test_subnet_rule_of_the_910a_is_an_error(host, tmp_path, netmask, expected):
+    # Atlas 800 (910A): 0/4, 1/5, 2/6, 3/7 share a subnet; 0-3 each a different one.
+    ips = [f"10.0.{d % 4}.{1 + d // 4}" for d in range(8)]
+    listed = ", ".join(f'"{ip}"' for ip in ips)
+    spec = spec_variant(
+        tmp_path, "a",
+        ("ascend910b", "ascend910a"),
+        ('device_ips = hccn("hccn.conf")', f"device_ips = [{listed}]"),
+    )  # fmt: skip
+    host.hccn(hccn_files(ips, netmask=netmask))
+    status, doc = host.doctor(spec)
+    assert errors(doc) == [("hccn", d) for d in expected]
+    assert status == (1 if expected else 0)
+
+
+def two_node_spec(tmp_path: Path) -> Path:
+    node0 = ", ".join(f'"{ip}"' for ip in SPEC_IPS[:4])
+    node1 = ", ".join(f'"192.99.{10 + d}.2"' for d in range(4))
+    return spec_variant(
+        tmp_path, "two",
+        ("per_node   = 8", "per_node   = 4"),
+        ('nodes      = ["127.0.0.1"]', 'nodes      = ["127.0.0.1", "192.0.2.11"]'),
+        ('device_ips = hccn("hccn.conf")', f"device_ips = [[{node0}], [{node1}]]"),
+    )  # fmt: skip
+
+
+def test_peers_ping_the_same_device_on_the_other_node(host, tmp_path):
+    spec = two_node_spec(tmp_path)
+    host.npu_smi(npu_smi_info(devices=range(4)))
+    for d in range(4):
+        host.hccn({f"ping_{d}_192.99.{10 + d}.2": ping_reply(d, f"192.99.{10 + d}.2")})
+    host.hccn({"ping_1_192.99.11.2": ping_reply(1, "192.99.11.2", received=0)})
+    status, doc = host.doctor(spec, peers=True)
+    assert status == 1
+    assert errors(doc) == [("peers", 1)]
+    assert "192.99.11.2" in by_status(doc, "error")[0]["message"]
+
+
+def test_no_npu_smi_skips_every_ascend_check_with_its_reason(tmp_path):
+    host = FakeHost(tmp_path, ascend=False)
+    status, doc = host.doctor(TINY, peers=True)
+    assert status == 0, by_status(doc, "error")
+    skips = {c["topic"]: c["message"] for c in by_status(doc, "skipped")}
+    for topic in ("cann", "driver", "paths", "npu", "hccn", "port", "peers"):
+        assert skips[topic] == "npu-smi not found (not an Ascend host)"
+
+
+def test_a_missing_data_file_is_an_error_where_train_py_would_look(host, tmp_path):
+    spec = spec_variant(
+        tmp_path, "data", ("seed         = 1234", 'data = mindrecord("data/train.mindrecord")')
+    )
+    tree = tmp_path / "tree"
+    status, doc = host.doctor(spec, tree=tree)
+    assert status == 1
+    assert errors(doc) == [("data", None)]
+    assert str(tree / "data" / "train.mindrecord") in by_status(doc, "error")[0]["message"]
+
+
+def test_node_is_taken_from_this_hosts_address(host, tmp_path):
+    spec = two_node_spec(tmp_path)
+    host.npu_smi(npu_smi_info(devices=range(4)))
+    _, doc = host.doctor(spec)
+    assert doc["node"] == 0
+    host.hccn({f"ip_{d}": f"ipaddr:192.99.{10 + d}.2\nnetmask:255.255.0.0\n" for d in range(4)})
+    status, doc = host.doctor(spec, node=1)
+    assert doc["node"] == 1 and errors(doc) == []  # node 1's addresses, not node 0's
+
+
+def write_mindrecord(path: Path, length: int, rows: int = 8) -> None:
+    import numpy as np
+    from mindspore.mindrecord import FileWriter
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = FileWriter(str(path), shard_num=1)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "tokens")
+    writer.write_raw_data(
+        [{"input_ids": np.arange(length, dtype=np.int32) + i} for i in range(rows)]
+    )
+    writer.commit()
+
+
+def test_data_is_read_as_train_py_reads_it(host, tmp_path):
+    """A MindRecord of seq + 1 ids with its dataset.json passes; one of seq ids without a
+    dataset.json fails on its first sample; a dataset.json for another seq fails."""
+    spec = spec_variant(
+        tmp_path, "data",
+        ("seed         = 1234", 'data = mindrecord("train.mindrecord", valid = "v/valid.mindrecord")'),
+    )  # fmt: skip
+    run = tmp_path / "run"
+    write_mindrecord(run / "train.mindrecord", 33)
+    (run / "dataset.json").write_text(json.dumps({"vocab": 256, "seq": 32}))
+    write_mindrecord(run / "v" / "valid.mindrecord", 32)
+    status, doc = host.doctor(spec, run_from=run)
+    assert status == 1
+    data = [(c["status"], c["message"]) for c in doc["checks"] if c["topic"] == "data"]
+    assert data == [
+        ("ok", f"train data {run / 'train.mindrecord'}: MindRecord, 33 ids a sample"),
+        (
+            "error",
+            f"{run / 'v' / 'valid.mindrecord'}: samples have 32 ids; the spec's seq + 1 is 33",
+        ),
+    ]
+    (run / "v" / "dataset.json").write_text(json.dumps({"vocab": 256, "seq": 31}))
+    _, doc = host.doctor(spec, run_from=run)
+    assert [c["message"] for c in by_status(doc, "error")] == [
+        f"{run / 'v' / 'dataset.json'}: made for vocab=256, seq=31; the spec has vocab=256, seq=32"
+    ]
+
+
+def test_not_a_mindrecord(host, tmp_path):
+    spec = spec_variant(
+        tmp_path, "data", ("seed         = 1234", 'data = mindrecord("t.mindrecord")')
+    )
+    (tmp_path / "t.mindrecord").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    _, doc = host.doctor(spec, run_from=tmp_path)
+    assert [c["message"] for c in by_status(doc, "error")] == [
+        f"{tmp_path / 't.mindrecord'} is not a MindRecord file"
+    ]
+
+
+@pytest.mark.parametrize("spec", sorted(SPECS.glob("*.msl")), ids=lambda p: p.name)
+def test_every_spec_runs_on_this_machine(spec, tmp_path):
+    """No NPU here: the command runs, skips the Ascend checks with their reason, and
+    checks the interpreter, the master, the disk, the data and the memory."""
+    import subprocess
+
+    env = {**os.environ, "PATH": os.pathsep.join([VENV_BIN, "/usr/bin", "/bin"])}
+    env.pop("MASTER_ADDR", None)
+    env["MASTER_PORT"] = str(free_port())
+    out = subprocess.run(
+        [sys.executable, "-m", "msgen.cli", "doctor", str(spec), "--json", "--output", str(tmp_path / "o")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr
+    assert "Traceback" not in out.stderr
+    doc = json.loads(out.stdout)
+    status = {c["topic"]: c["status"] for c in doc["checks"]}
+    for topic in ("cann", "driver", "paths", "npu", "hccn", "port"):
+        assert status[topic] == "skipped"
+    assert {status[t] for t in ("mindspore", "disk", "memory")} <= {"ok", "warning", "error"}
+    assert status["master"] in ("ok", "error")  # error: the spec's master is not this host
+    assert out.returncode == (1 if doc["error"] else 0)
