@@ -161,15 +161,9 @@ def cmd_data(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from msgen.commands.status import estimable
     from msgen.doctor.command import DoctorOptions, doctor_command
 
     result = _analyze(args.file, args.error_format, args.set)
-    if not estimable(result):
-        return EXIT_ERRORS
-    nodes = len(result.spec.cluster.nodes)
-    if args.node is not None and not 0 <= args.node < nodes:
-        raise UsageError(f"--node {args.node}: the spec has nodes 0 to {nodes - 1}")
     paths = {k: Path(v) if v else None for k, v in
              (("dryrun", args.dryrun), ("tree", args.tree), ("run_from", args.run_from),
               ("output", args.output))}  # fmt: skip

@@ -473,3 +473,27 @@ def test_every_spec_runs_on_this_machine(spec, tmp_path):
     assert {status[t] for t in ("mindspore", "disk", "memory")} <= {"ok", "warning", "error"}
     assert status["master"] in ("ok", "error")  # error: the spec's master is not this host
     assert out.returncode == (1 if doc["error"] else 0)
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    from contextlib import redirect_stderr
+
+    from msgen.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main(["doctor", *args])
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_usage_and_spec_errors(tmp_path):
+    status, _, err = run_cli(str(TINY), "--node", "1")
+    assert status == 2 and err == "msgen: error: --node 1: the spec has nodes 0 to 0\n"
+    broken = tmp_path / "broken.msl"
+    broken.write_text(TINY.read_text().replace("tp = 2", "tp = 3"))
+    status, out, err = run_cli(str(broken))
+    assert status == 1 and out == "" and "error[MSL" in err
+    # the launch scripts' call: a spec with errors is not the one the tree was compiled from
+    status, out, err = run_cli(str(broken), "--compiled-from", "ab" * 32)
+    assert status == 0 and out == ""
+    assert err.endswith("is not the spec this tree was compiled from (its sha256 differs)\n")

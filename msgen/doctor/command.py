@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen import hostinfo
+from msgen.commands.status import UsageError, estimable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import Tools
@@ -122,18 +123,27 @@ def render_text(title: str, checks: list[Check]) -> str:
 
 
 def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> int:
-    """The caller has checked that the spec can be estimated."""
+    """0 when no check is an error, 1 when one is or the spec has errors (already
+    printed); with `compiled_from`, 0 at once for a spec the tree was not compiled from
+    (compile refuses a spec with errors, so that is one too)."""
     from msgen.analysis.plan import Plan
     from msgen.estimate.memory import estimate
 
     host = host or Host()
     spec = result.spec
-    if options.compiled_from is not None and options.compiled_from != spec.sha256:
+    if options.compiled_from is not None and (
+        not result.ok or spec.sha256 != options.compiled_from
+    ):
         sys.stderr.write(
             f"msgen doctor: skipped: {options.spec} is not the spec this tree was compiled from "
             "(its sha256 differs)\n"
         )
         return 0
+    if not estimable(result):
+        return 1
+    nodes = spec.cluster.nodes
+    if options.node is not None and not 0 <= options.node < len(nodes):
+        raise UsageError(f"--node {options.node}: the spec has nodes 0 to {len(nodes) - 1}")
     plan = Plan(spec, result.facts)
     est = estimate(plan)
     rows: list[dryrun.StageRow] = []
@@ -147,7 +157,6 @@ def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> 
         title = f"msgen doctor: {options.spec}, dry run in {options.dryrun}"
         node = None
     else:
-        nodes = spec.cluster.nodes
         node = options.node if options.node is not None else network.find_node(nodes) or 0
         checks = host_checks(plan, est, options, node, host)
         title = f"msgen doctor: {options.spec}, node {node} ({nodes[node]}), {spec.cluster.per_node} devices"
