@@ -331,7 +331,7 @@ def parse_args():
     parser.add_argument(
         "--dryrun",
         action="store_true",
-        help="compile and run one step, then exit (MindSpore's dry run; with --synthetic)",
+        help="MindSpore's dry run: compile, run one step, exit (with --synthetic)",
     )
     parser.add_argument(
         "--profile",
