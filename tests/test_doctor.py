@@ -497,3 +497,38 @@ def test_usage_and_spec_errors(tmp_path):
     status, out, err = run_cli(str(broken), "--compiled-from", "ab" * 32)
     assert status == 0 and out == ""
     assert err.endswith("is not the spec this tree was compiled from (its sha256 differs)\n")
+
+
+HANGS = '#!/bin/sh\nsleep 30\ncat "$FAKE_TOOLS/npu-smi.txt"\n'
+
+
+def test_a_tool_that_hangs_is_stopped_at_its_timeout(host, tmp_path, monkeypatch):
+    """npu-smi and a --peers ping that never answer: each is an error at its timeout,
+    not a wait (a script's sleeping child is stopped with it)."""
+    import msgen.doctor.hccn
+
+    host.write(host.bin / "npu-smi", HANGS)
+    spec = two_node_spec(tmp_path)
+    host.hccn(
+        {f"ping_{d}_192.99.{10 + d}.2": ping_reply(d, f"192.99.{10 + d}.2") for d in range(4)}
+    )
+    hccn_tool = (host.bin / "hccn_tool").read_text()
+    host.write(
+        host.bin / "hccn_tool",
+        hccn_tool.replace('cat "$file"', '[ "$op" = ping ] && sleep 30\ncat "$file"'),
+    )
+    monkeypatch.setattr(msgen.doctor.hccn, "PING_TIMEOUT_S", 0.5)
+    result = analyze(spec)
+    out = io.StringIO()
+    host_ = Host(
+        environ=host.env, machine="aarch64", driver_root=str(host.driver), tool_timeout=0.5
+    )
+    opts = DoctorOptions(spec, json=True, peers=True, output=tmp_path / "o", tree=tmp_path / "t")
+    with redirect_stdout(out):
+        status = doctor_command(result, opts, host_)
+    doc = json.loads(out.getvalue())
+    assert status == 1
+    assert errors(doc) == [("npu", None), ("peers", 0), ("peers", 1), ("peers", 2), ("peers", 3)]
+    assert (
+        by_status(doc, "error")[0]["message"] == "`npu-smi info` did not answer within its timeout"
+    )

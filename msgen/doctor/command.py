@@ -15,7 +15,7 @@ from msgen import hostinfo
 from msgen.commands.status import UsageError, estimable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.result import Check, Status, skipped
-from msgen.doctor.tools import Tools
+from msgen.doctor.tools import TIMEOUT_S, Tools
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Host:
     machine: str = field(default_factory=platform.machine)
     driver_root: str = hostinfo.DEFAULT_DRIVER
     meminfo: Path = Path("/proc/meminfo")
+    tool_timeout: float = TIMEOUT_S  # for npu-smi and hccn_tool queries
 
 
 ASCEND_ONLY = ("cann", "driver", "paths", "npu", "hccn", "port")
@@ -47,7 +48,7 @@ ASCEND_ONLY = ("cann", "driver", "paths", "npu", "hccn", "port")
 def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> list[Check]:
     spec = plan.spec
     cluster, mesh = spec.cluster, spec.mesh
-    tools = Tools(host.environ)
+    tools = Tools(host.environ, host.tool_timeout)
     found = [network.node_check(cluster.nodes, node, options.node is not None)]
     found += versions.interpreter_checks(tools)
     if tools.which("npu-smi") is None:

@@ -7,8 +7,10 @@ stopped at its timeout and reported as such.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,18 +58,25 @@ class Tools:
             return None
         argv = (name, *args)
         try:
-            done = subprocess.run(
+            # A session of its own, so that a timeout stops what the tool started too
+            # (a wrapper script's children would hold the pipes open otherwise).
+            proc = subprocess.Popen(
                 [exe, *args],
-                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
                 errors="replace",
                 env=dict(self.environ),
-                timeout=self.timeout if timeout is None else timeout,
-                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-            return Output(argv, None, out or "", "")
         except OSError as exc:  # found but not runnable (permissions, a bad interpreter line)
             return Output(argv, 126, "", str(exc))
-        return Output(argv, done.returncode, done.stdout, done.stderr)
+        try:
+            stdout, stderr = proc.communicate(timeout=self.timeout if timeout is None else timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+            return Output(argv, None, stdout, "")
+        return Output(argv, proc.returncode, stdout, stderr)
