@@ -532,3 +532,19 @@ def test_a_tool_that_hangs_is_stopped_at_its_timeout(host, tmp_path, monkeypatch
     assert (
         by_status(doc, "error")[0]["message"] == "`npu-smi info` did not answer within its timeout"
     )
+
+
+def test_master_addr_and_port_from_the_environment_as_the_launch_scripts_take_them():
+    from msgen.doctor.network import master, master_checks
+
+    nodes = ("192.0.2.10", "192.0.2.11")  # TEST-NET-1: never this host's
+    assert master({}, nodes, 8118) == ("192.0.2.10", 8118)
+    assert master({"MASTER_ADDR": "", "MASTER_PORT": ""}, nodes, 8118) == ("192.0.2.10", 8118)
+    port = free_port()
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    assert [c.status.value for c in master_checks(env, nodes, 8118, 0)] == ["ok"]
+    (found,) = master_checks({"MASTER_PORT": str(port)}, nodes, 8118, 0)
+    assert found.status.value == "error"
+    assert found.message.startswith("node 0 must own the master address 192.0.2.10")
+    # another node does not start the scheduler: nothing to own
+    assert [c.status.value for c in master_checks({}, nodes, 8118, 1)] == ["ok"]
