@@ -32,10 +32,10 @@ import pytest
 
 from msgen.cli import main
 from msgen.doctor.dryrun import MiB, parse_log
+from tests.doctor_fakes import VENV_BIN
 from tests.emit_fixtures import SPECS, compile_spec
 
 TINY = Path(__file__).resolve().parent.parent / "specs" / "tiny.msl"  # pp = 2, dp * tp = 4
-VENV_BIN = str(Path(sys.executable).parent)
 GiB = 2**30
 
 

@@ -21,6 +21,7 @@ from msgen.emit.launch import (
     rank_table_json,
     rank_table_script,
 )
+from tests.doctor_fakes import VENV_BIN, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = Path(__file__).resolve().parent / "expected" / "ranktables"
@@ -352,14 +353,6 @@ def test_leading_zeros_name_the_same_node(tmp_path):
 
 
 # --- the doctor step ------------------------------------------------------------
-
-VENV_BIN = str(Path(sys.executable).parent)  # msgen, and python with MindSpore
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
