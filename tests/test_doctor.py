@@ -326,3 +326,22 @@ def test_master_addr_and_port_from_the_environment_as_the_launch_scripts_take_th
     assert found.message.startswith("node 0 must own the master address 192.0.2.10")
     # another node does not start the scheduler: nothing to own
     assert [c.status.value for c in master_checks({}, nodes, 8118, 1)] == ["ok"]
+
+
+def test_the_interpreter_msrun_starts_is_the_one_checked(tmp_path):
+    """msrun starts `python` from PATH: a python without MindSpore first on PATH is an
+    error even though msgen's own interpreter has it; no msrun is a warning."""
+    host = FakeHost(tmp_path, ascend=False)
+    (host.bin / "python").symlink_to("/usr/bin/python3")  # the system one: no MindSpore
+    status, doc = host.doctor(TINY)
+    assert status == 1
+    assert errors(doc) == [("python", None)]
+    assert "cannot import mindspore" in by_status(doc, "error")[0]["message"]
+    (tmp_path / "no_msrun").mkdir()
+    host = FakeHost(tmp_path / "no_msrun", ascend=False)
+    host.env["PATH"] = os.pathsep.join([str(host.bin), "/usr/bin", "/bin"])
+    python = f'#!/bin/sh\nexec {VENV_BIN}/python "$@"\n'  # the venv's, without its msrun
+    host.write(host.bin / "python", python).chmod(0o755)
+    status, doc = host.doctor(TINY)
+    assert status == 0 and errors(doc) == []
+    assert [c["topic"] for c in by_status(doc, "warning")] == ["python"]
