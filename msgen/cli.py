@@ -165,6 +165,18 @@ def cmd_data(args) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(args) -> int:
+    from msgen.doctor.command import DoctorOptions, doctor_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    paths = {k: Path(v) if v else None for k, v in
+             (("dryrun", args.dryrun), ("tree", args.tree), ("run_from", args.run_from),
+              ("output", args.output))}  # fmt: skip
+    options = DoctorOptions(Path(args.file), args.node, args.peers, json=args.json,
+                            compiled_from=args.compiled_from, **paths)  # fmt: skip
+    return doctor_command(result, options)
+
+
 def cmd_diff(args) -> int:
     from msgen.review.command import DiffOptions, diff_command
 
@@ -326,6 +338,28 @@ def _data_command(sub) -> None:
                    "(default: generated/<model>/)")  # fmt: skip
 
 
+def _doctor_command(sub) -> None:
+    p = _spec_command(sub, "doctor", "check this host against the spec before launch "
+                      "(exit 1 on any error)", cmd_doctor)  # fmt: skip
+    add_set_option(p)
+    p.add_argument("--node", type=int, metavar="N",
+                   help="the node to check (default: the one whose address is this host's, else 0)")  # fmt: skip
+    p.add_argument("--peers", action="store_true",
+                   help="also ping the other nodes' device IPs from this node's devices")  # fmt: skip
+    p.add_argument("--dryrun", metavar="LOGDIR",
+                   help="instead: hold launch/dryrun.sh's logs against the estimate per stage")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--tree", metavar="DIR",
+                   help="the compiled tree (default: generated/<model>/)")  # fmt: skip
+    p.add_argument("--run-from", metavar="DIR",
+                   help="where train.py runs: the spec's data paths resolve there (default: the tree)")  # fmt: skip
+    p.add_argument("--output", metavar="DIR",
+                   help="train.py's --output folder (default: the tree's output/)")  # fmt: skip
+    p.add_argument("--compiled-from", metavar="SHA256",
+                   help="check only if the spec hashes to this (the launch scripts pass their "
+                   "tree's); otherwise say so and exit 0")  # fmt: skip
+
+
 def _diff_command(sub) -> None:
     text = "what a change to a spec does: memory, step time, strategies, generated files"
     p = sub.add_parser("diff", help=text, description=text)
@@ -403,6 +437,7 @@ SUBCOMMANDS = {
     "plan": _plan_command,
     "compile": _compile_command,
     "data": _data_command,
+    "doctor": _doctor_command,
     "diff": _diff_command,
     "import": _import_command,
     "ckpt": _ckpt_command,

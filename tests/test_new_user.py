@@ -184,6 +184,14 @@ NOT_RUN = {
     "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/",
     "msgen data specs/gpt7b.msl corpus.jsonl --train-tokenizer --valid 0.01",
     "msgen data specs/gpt7b.msl shards/ --tokenizer gpt2/tokenizer.json --dedup -o data/gpt7b/",
+    # `msgen doctor` checks the host it runs on: this one is not gpt7b's node and has
+    # neither its NPUs nor its data, so it rightly exits 1; tests/test_doctor.py runs
+    # doctor on every spec here and on fake Ascend hosts.
+    "msgen doctor specs/gpt7b.msl",
+    "msgen doctor specs/gpt7b.msl [--node N] [--peers]",
+    "msgen doctor specs/gpt7b.msl --node 1 --peers",
+    "msgen doctor specs/gpt7b.msl --json",
+    "msgen doctor specs/gpt7b.msl --dryrun dry/",
 }
 # What the text next to a command says it prints (stdout + stderr), beyond exit 0.
 SAYS = {

@@ -445,6 +445,11 @@ def parse_args():
         "--resume", action="store_true", help="continue from the newest checkpoint"
     )
     parser.add_argument(
+        "--dryrun",
+        action="store_true",
+        help="MindSpore's dry run: compile, run one step, exit (with --synthetic)",
+    )
+    parser.add_argument(
         "--profile",
         type=int,
         default=0,
@@ -509,6 +514,15 @@ def main():
     ids = Tensor(np.zeros((STEP_ROWS // shards, SEQ), np.int32))
     step_cell.compile(ids, ids)
     state = own_state(state, sliced=distributed)
+
+    if args.dryrun:
+        # MindSpore's dry run (launch/dryrun.sh: msrun --sim_level 1 --sim_rank_id R):
+        # the devices are simulated, so their values mean nothing and are never read;
+        # compiling and one step are what report this rank's peak memory.
+        tokens, labels = next(batches(shards, shard, 0))
+        step_cell(Tensor(tokens), Tensor(labels))
+        print(f"rank {rank}: dry run compiled and ran one step", flush=True)
+        return
 
     start = restore(folder, state) if args.resume else 0
     data = batches(shards, shard, start)
