@@ -266,3 +266,23 @@ def test_every_sample_read_is_checked(tmp_path, capsys):
     assert stop.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("train.py: error: ") and "sample 37" in line and "id 259" in line
+
+
+def test_a_save_keeps_the_newest_of_this_run_and_never_what_it_wrote(tmp_path):
+    """tiny_dp keeps 3. Files of later steps (a run --resume passed over) are no part of
+    this run: they stay, and never push out the checkpoint just written."""
+    import mindspore as ms
+
+    train = load(compiled("tiny_dp"), "train")
+    assert train.CHECKPOINT_KEEP == 3
+    for step in (1, 2, 6, 7, 8):
+        (tmp_path / f"step_{step:08d}.ckpt").write_text("not this step's\n")
+    state = {"w": ms.Parameter(ms.Tensor(np.ones(2, np.float32)), name="w")}
+    train.save(tmp_path, 3, state)
+    train.save(tmp_path, 4, state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"step_{step:08d}.ckpt" for step in (2, 3, 4, 6, 7, 8)
+    ]
+    saved = ms.load_checkpoint(str(tmp_path / "step_00000004.ckpt"))
+    assert int(saved["step"].asnumpy()) == 4
+    np.testing.assert_array_equal(saved["w"].asnumpy(), np.ones(2, np.float32))
