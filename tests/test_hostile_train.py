@@ -286,3 +286,16 @@ def test_a_save_keeps_the_newest_of_this_run_and_never_what_it_wrote(tmp_path):
     saved = ms.load_checkpoint(str(tmp_path / "step_00000004.ckpt"))
     assert int(saved["step"].asnumpy()) == 4
     np.testing.assert_array_equal(saved["w"].asnumpy(), np.ones(2, np.float32))
+
+
+def test_a_sample_of_another_length_read_later_is_one_line(tmp_path, capsys):
+    """Past the samples checked before the run, a sample of another length makes
+    MindSpore's batching fail: one line naming the file and where in it."""
+    train = load(compiled("tiny_dp"), "train")
+    path = tmp_path / "train.mindrecord"
+    write_mindrecord(path, [*good_rows(12), np.zeros(SEQ), *good_rows(3)])
+    with pytest.raises(SystemExit) as stop:
+        list(train.read_rows(str(path), np.arange(16), STEP_ROWS))
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("train.py: error: ") and "from sample 0 on" in line

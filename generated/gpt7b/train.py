@@ -404,9 +404,10 @@ def read_rows(path, indices, rows):
             first += rows
             yield ids[:, :-1], ids[:, 1:]
     except RuntimeError:  # what MindSpore raises for samples of different lengths
+        # It batches ahead: the sample is one of those not yet passed on.
         fail(
-            f"{path}: MindSpore cannot batch samples {indices[first:first + rows].tolist()} "
-            f"(do they all have seq + 1 = {SEQ + 1} ids?)"
+            f"{path}: MindSpore cannot batch the samples from sample {indices[first]} on "
+            f"in this order: has one of them other than seq + 1 = {SEQ + 1} ids?"
         )
 
 
