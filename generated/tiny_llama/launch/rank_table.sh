@@ -18,6 +18,10 @@ set -euo pipefail
 # HCCL's default of 120 s is too short when many RoCE links handshake at once.
 export HCCL_CONNECT_TIMEOUT=600
 
+# MindSpore's log level (GLOG_v, read by mindspore/log.py and its C++ logging): errors
+# only, not the warnings of every start; set GLOG_v=2 (MindSpore's default) for them.
+export GLOG_v="${GLOG_v:-3}"
+
 NODES=1
 
 usage() {
