@@ -27,7 +27,10 @@ LAYERS = (
     ("estimate", ("msgen.estimate",)),
     ("compiler", ("msgen.compiler",)),
     ("emit", ("msgen.emit",)),
-    ("command", ("msgen.commands", "msgen.data", "msgen.review", "msgen.hf", "msgen.cli")),
+    (
+        "command",
+        ("msgen.commands", "msgen.data", "msgen.doctor", "msgen.review", "msgen.hf", "msgen.cli"),
+    ),
 )
 
 
