@@ -273,6 +273,7 @@ class Estimate:
     device: Device | None
     mesh: dict[str, int]
     params_total: int
+    params_active: int  # what one token's forward reads (mixtures of experts: fewer)
     precision: Precision
     zero: int
     schedule: str
@@ -395,6 +396,7 @@ def estimate(plan: Plan) -> Estimate:
         device=DEVICES.get(spec.cluster.device),
         mesh={axis: sizes[axis] for axis in ("dp", "tp", "pp")},  # ep adds no devices
         params_total=plan.params_total,
+        params_active=plan.params_active,
         precision=prec,
         zero=zero,
         schedule=spec.pipeline.schedule,

@@ -114,6 +114,9 @@ def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()
         f"{est.devices} x {device.name if device else '?'}, "
         f"dp {mesh['dp']} x tp {mesh['tp']} x pp {mesh['pp']}"
     ]
+    if est.params_active != est.params_total:
+        active = est.params_active
+        lines.append(f"  active per token: {active:,} parameters ({active / 1e9:.2f} B)")
     if overrides:
         lines.append("  what-if: " + " ".join(f"--set {o}" for o in overrides))
     master = f" + master {prec.master}" if prec.master else ""
