@@ -285,7 +285,7 @@ class Estimate:
 
     @property
     def devices(self) -> int:
-        return prod(self.mesh.values())
+        return prod(self.mesh[axis] for axis in ("dp", "tp", "pp"))  # ep is inside dp
 
     @property
     def fits(self) -> bool:
@@ -308,7 +308,7 @@ def budget_of(spec: Spec) -> tuple[int | None, str]:
 
 def hccl_bytes(spec: Spec) -> int:
     """Two buffers for each communicator: one per mesh axis of size > 1."""
-    axes = sum(1 for n in (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp) if n > 1)
+    axes = sum(1 for n in (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp, spec.mesh.ep) if n > 1)
     return axes * 2 * HCCL_BUFFER
 
 
@@ -394,7 +394,7 @@ def estimate(plan: Plan) -> Estimate:
     return Estimate(
         model=spec.model.name,
         device=DEVICES.get(spec.cluster.device),
-        mesh={axis: sizes[axis] for axis in ("dp", "tp", "pp")},  # ep adds no devices
+        mesh=dict(sizes),
         params_total=plan.params_total,
         params_active=plan.params_active,
         precision=prec,

@@ -27,6 +27,7 @@ class Mesh(_Data):
     dp: int
     tp: int
     pp: int
+    ep: int = Field(1, description="expert parallel, carved out of dp (adds no devices)")
 
 
 class Dtypes(_Data):

@@ -113,6 +113,7 @@ def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()
         f"{est.model}: {est.params_total:,} parameters ({est.params_total / 1e9:.2f} B) on "
         f"{est.devices} x {device.name if device else '?'}, "
         f"dp {mesh['dp']} x tp {mesh['tp']} x pp {mesh['pp']}"
+        + (f" (ep {mesh['ep']} inside dp)" if mesh["ep"] > 1 else "")
     ]
     if est.params_active != est.params_total:
         active = est.params_active

@@ -204,8 +204,11 @@ class Moe(OpDef):
             )
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
-        n = tokens(node, x.shape)
-        moved = n * node.args["top_k"] * x.shape[-1]
+        # the busiest rank's copies: padded to capacity, or times the load imbalance
+        rows = expert_rows(node, tokens(node, x.shape))
+        if node.args.get("capacity") is None:
+            rows = ceil(rows * imbalance(node))
+        moved = rows * x.shape[-1]
         collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
         if ctx.mesh_sizes.get("ep", 1) > 1:
             collectives = (
