@@ -15,7 +15,8 @@ from msgen.estimate import budget
 from msgen.ir.models import Spec
 from msgen.ir.rederive import DEVICES_KEY, devices_problem, rederived, with_devices
 from msgen.ir.schema import MODEL_KEYS
-from msgen.lowering.lower import lower, names_in
+from msgen.lowering.lower import lower
+from msgen.lowering.reader import names_in
 from msgen.syntax import ast, parse, read_source
 from msgen.syntax.overrides import apply_overrides, override_keys
 
