@@ -531,3 +531,51 @@ def test_the_readme_plan_write_gives_a_spec_that_checks_estimates_and_compiles(
     for argv in (["check"], ["estimate"], ["compile", "-o", "generated/"]):
         code, _, err = run(argv[0], "planned.msl", *argv[1:])
         assert code == 0 and "warning" not in err and "error" not in err, (argv, err)
+
+
+@pytest.mark.slow
+def test_the_readme_path_from_text_to_a_training_run(tmp_path, monkeypatch):
+    """README, "From text to a training run", from the top of a checkout, as printed:
+    `msgen data SPEC corpus/ --train-tokenizer --valid 0.01 -o data/<model>/`, the line
+    it prints last pasted into the spec's `train` block, `msgen compile SPEC -o
+    generated/`, and `python train.py --standalone --steps 2` in generated/<model>/ on
+    that data (specs/tiny.msl with vocab 512, the smallest the README suggests)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.data_fixtures import english
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    steps = readme[readme.index("## From text to a training run") :]
+    step1 = "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/"
+    assert step1 in steps and "msgen compile specs/gpt7b.msl -o generated/" in steps
+    assert "Put the line it prints last in the spec's `train` block" in steps
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    monkeypatch.chdir(tmp_path)
+    spec = Path("specs/tiny.msl")
+    spec.write_text(spec.read_text(encoding="utf-8").replace("vocab  = 256", "vocab  = 512"))
+    Path("corpus").mkdir()
+    Path("corpus/topics.txt").write_text("\n\n".join(english()), encoding="utf-8")
+    argv = step1.replace("gpt7b", "tiny").split()[1:]
+    code, out, err = run(*argv, "--paragraphs")  # one document per help topic
+    assert code == 0, err
+    line = out.strip().splitlines()[-1].strip()  # the data line; the words go to stderr
+    assert line.startswith("data = mindrecord(") and "valid = " in line, line
+    text = spec.read_text(encoding="utf-8")
+    last = "    seed         = 1234          # no data: only --synthetic runs\n"
+    spec.write_text(text.replace(last, last + f"    {line}\n"), encoding="utf-8")
+    code, _, err = run("compile", "specs/tiny.msl", "-o", "generated/")
+    assert code == 0, err
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--standalone", "--steps", "2"],
+        cwd="generated/tiny",
+        env={**os.environ, "GLOG_v": "3"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    log = Path("generated/tiny/output/rank_0/log.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in log[1:]] == ["1", "2"]
