@@ -263,3 +263,19 @@ def test_moe_flops_count_the_router_and_the_active_experts_only():
     n, h, e, k, f, s = 128, 64, 4, 2, 32, 32
     per = 2 * n * h * e + 3 * 2 * n * k * h * f + 3 * 2 * n * h * s
     assert with_moe - without == 3 * 2 * 2 * per
+
+
+def errors_of(text: str):
+    result = analyze_text(text, "spec.msl", SPEC.parent)
+    return [(d.code, d.message) for d in result.diagnostics if d.is_error]
+
+
+def test_a_router_that_is_not_one_of_the_choices_is_msl116():
+    text = SPEC.read_text().replace("aux_loss = 0.01", "router = relu, aux_loss = 0.01")
+    assert errors_of(text) == [("MSL116", "`router` of moe is one of softmax, sigmoid")]
+
+
+def test_a_split_router_is_msl210():
+    text = SPEC.read_text().replace("aux_loss = 0.01)", "aux_loss = 0.01) router @ [1, tp]")
+    (error,) = errors_of(text)
+    assert error[0] == "MSL210" and "`router` of moe `ffn2` cannot be split" in error[1]
