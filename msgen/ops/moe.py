@@ -98,7 +98,7 @@ class Moe(OpDef):
         "from mindspore.common import dtype as mstype",
     )
     inits = {p: "normal" for p in params}
-    decays = frozenset(p for p in params if p != "router")
+    decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
 
     def strategies(self, node, layout, ctx):
         """The experts' batched matmuls: [experts, tokens, hidden] x [experts, hidden,
