@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from msgen.analysis import graph
 from msgen.analysis.facts import Facts
-from msgen.checks import names, pipeline, shapes, sharding, topology, train
+from msgen.checks import evaluation, names, pipeline, shapes, sharding, topology, train
 from msgen.diagnostics import Diagnostic, has_errors
 from msgen.ir.models import Spec
 
@@ -22,7 +22,7 @@ GRAPH_STAGES = (
     (sharding.declared,),
     (graph.infer_layouts, sharding.run),
 )
-INDEPENDENT_PASSES = (topology, pipeline, train)
+INDEPENDENT_PASSES = (topology, pipeline, train, evaluation)
 
 
 def run_checks(spec: Spec) -> tuple[Facts, list[Diagnostic]]:

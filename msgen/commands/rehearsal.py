@@ -3,10 +3,11 @@
 A rehearsal (`train.py --rehearse`) runs the logical model in one CPU process, so the
 spec's real dims would not fit a laptop (a 7B model whole needs ~130 GB of host
 memory). This keeps everything that decides what a rank builds (every op and layer
-kind, the mesh and every split, zero, the loss scale, dropout, flash attention) and
-halves each dim (`layers` first, `heads` and `kv_heads` kept, none below FLOOR) for as
-long as the spec still checks. A step takes one sequence per micro-batch and replica,
-and as few micro-batches as still accumulate (pp of them at least).
+kind, the mesh and every split, zero, the loss scale, dropout, flash attention),
+computes in fp32 as the CPU must, and halves each dim (`layers` first, `heads` and
+`kv_heads` kept, none below FLOOR) for as long as the spec still checks. A step takes
+one sequence per micro-batch and replica, and as few micro-batches as still
+accumulate (pp of them at least).
 """
 
 from __future__ import annotations
@@ -23,12 +24,21 @@ def rehearsal_sets(path: Path, sets: list[str]) -> tuple[list[str], list[str]]:
     from msgen.compiler import analyze
 
     spec = analyze(path, sets).spec
-    chosen: dict[str, int] = {}
+    chosen: dict[str, int | str] = {}
     changes = []
 
-    def checks(trial: dict[str, int]) -> bool:
+    def checks(trial: dict[str, int | str]) -> bool:
         return analyze(path, [*sets, *(f"{k}={v}" for k, v in trial.items())]).ok
 
+    # The CPU computes in fp32 (its LayerNorm and MatMul kernels take no bf16); the
+    # loss scale is pinned first, since its default follows the dtype.
+    fp32 = {"train.loss_scale": spec.loss_scale, "model.dtype": "fp32", "model.param_dtype": "fp32"}
+    if spec.model.dtype.value != "fp32" or spec.model.param_dtype.value != "fp32":
+        if checks(fp32):
+            chosen |= fp32
+            changes.append(
+                f"dtype {spec.model.dtype.value} → fp32 (loss_scale {spec.loss_scale} kept)"
+            )
     # The fewest micro-batches that still accumulate (each is one more copy of the
     # network in the step's graph), one sequence each per replica.
     given = spec.micro_batches
@@ -38,10 +48,10 @@ def rehearsal_sets(path: Path, sets: list[str]) -> tuple[list[str], list[str]]:
             "train.micro_batch": 1,
             "train.global_batch": spec.mesh.dp * micro_batches,
         }
-        if checks(batch):
+        if checks(chosen | batch):
             chosen |= batch
             break
-    if chosen and chosen["train.global_batch"] != spec.train.global_batch:
+    if chosen.get("train.global_batch", spec.train.global_batch) != spec.train.global_batch:
         changes.append(
             f"micro_batches {given} → {chosen['pipeline.micro_batches']}, global_batch "
             f"{spec.train.global_batch} → {chosen['train.global_batch']}"
