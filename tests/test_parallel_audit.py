@@ -182,6 +182,27 @@ def rule_reducer_follows_the_parallel_optimizer(folder: Path) -> list[str]:
     return problems
 
 
+def rule_evaluation_skips_the_pipeline(folder: Path) -> list[str]:
+    """The eval cell never runs the training `Pipeline` wrapper forward-only: MindSpore's
+    pipeline pass labels micro-batches only in training graphs (pipeline_interleave.cc,
+    LabelMicroBatch), so a validation set with pp > 1 is refused at check time (MSL514)
+    and no tree with a pipeline builds an EvalStep."""
+    module = ast.parse((folder / "train.py").read_text())
+    calls = {
+        ast.unparse(n.func): n
+        for n in ast.walk(function(module, "build"))
+        if isinstance(n, ast.Call) and ast.unparse(n.func) in ("EvalStep", "TrainStep")
+    }
+    if "EvalStep" not in calls:
+        return []
+    if plan_of(folder)["mesh"]["pp"] > 1:
+        return ["an eval cell under a pipeline"]
+    wrapped = ast.unparse(calls["EvalStep"].args[0])
+    if wrapped == "step_cell.network":
+        wrapped = ast.unparse(calls["TrainStep"].args[0])
+    return [f"the eval cell wraps {wrapped}"] if wrapped.startswith("Pipeline(") else []
+
+
 def rule_overflow_verdict_is_shared(folder: Path) -> list[str]:
     """Every rank skips an update together: the not-finite flag of amp.all_finite (no
     collective of its own, amp.py) is all-reduced over the ranks before the branch, as
@@ -359,6 +380,7 @@ RULES = (
     rule_global_gradient_norm,
     rule_gradient_factor_is_a_tensor,
     rule_reducer_follows_the_parallel_optimizer,
+    rule_evaluation_skips_the_pipeline,
     rule_overflow_verdict_is_shared,
     rule_dataset_strategy_matches_the_reads,
     rule_checkpoints_hold_the_ranks_own_slices,
@@ -386,6 +408,12 @@ BREAKS = {
         "train.py",
         "reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 0)",
         "reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 1)",
+    ),
+    rule_evaluation_skips_the_pipeline: (
+        "tiny_dp",
+        "train.py",
+        "eval_cell=EvalStep(step_cell.network, distributed)",
+        "eval_cell=EvalStep(Pipeline(network, MICRO_BATCHES), distributed)",
     ),
     rule_overflow_verdict_is_shared: (
         "llama13b",
