@@ -147,8 +147,6 @@ class Attention(nn.Cell):
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
         self.softmax = ops.Softmax().shard((four,))
-        if p > 0:
-            self.dropout = ops.Dropout(1.0 - p).shard((four,))
         self.pv = ops.BatchMatMul().shard((four, four))
         if self.flash:
             self.flash_mask = flash_causal_mask() if causal else None
@@ -168,12 +166,6 @@ class Attention(nn.Cell):
             self.attend = FlashAttentionScore(
                 heads, 1.0, head_dim**-0.5, input_layout="BNSD", **band
             ).shard(strategy + mask_strategy)
-            if p > 0:
-                self.keep_prob = Tensor(1.0 - p, COMPUTE_DTYPE)
-                self.gen_mask = ops.DropoutGenMask()
-                self.attend_dropout = FlashAttentionScore(
-                    heads, 1.0 - p, head_dim**-0.5, input_layout="BNSD", **band
-                ).shard(strategy + (four,) + mask_strategy)
 
     def rotate(self, x, cos, sin):
         """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
@@ -201,12 +193,7 @@ class Attention(nn.Cell):
             k = self.rotate(k, self.cos_k, self.sin_k)
         if self.flash:
             q = q.reshape(b, self.heads, s, d)
-            if self.p > 0 and self.training:
-                bits = self.gen_mask((b, self.heads, s, s), self.keep_prob)
-                drop = bits.reshape(b, self.heads, s, s // 8)
-                out = self.attend_dropout(q, k, v, None, drop, None, self.flash_mask)[3]
-            else:
-                out = self.attend(q, k, v, None, None, None, self.flash_mask)[3]
+            out = self.attend(q, k, v, None, None, None, self.flash_mask)[3]
         else:
             out = self.attend_composed(q, k, v)
         # [b, g, r, s, d] -> [b, s, g, r, d] -> [b, s, heads * d]

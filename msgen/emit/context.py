@@ -161,6 +161,12 @@ class ModelContext:
         return self.pp > 1 or self.micro_batches > 1
 
     @property
+    def dropout(self) -> bool:
+        """Some op drops out (its `p` setting is above 0): model.py seeds each dropout
+        primitive (dropout_seeds)."""
+        return any((op.setting("p") or 0) > 0 for op in self.ops())
+
+    @property
     def lazy_inline(self) -> bool:
         """On Ascend an accumulating network is compiled once instead of once per
         micro-batch."""
