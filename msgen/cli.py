@@ -127,6 +127,13 @@ def cmd_compile(args) -> int:
     result = _analyze(args.file, args.error_format, args.set)
     if not result.ok:
         return EXIT_ERRORS
+    if args.rehearsal:
+        from msgen.commands.rehearsal import rehearsal_sets
+
+        sets, changes = rehearsal_sets(Path(args.file), args.set)
+        for change in changes:
+            sys.stderr.write(f"rehearsal: {change}\n")
+        result = _analyze(args.file, args.error_format, [*args.set, *sets])
     options = CompileOptions(Path(args.file), Path(args.output), args.check, args.force)
     return compile_command(result, options)
 
@@ -308,6 +315,8 @@ def _compile_command(sub) -> None:
                    help="write nothing; print a diff and exit 3 if the tree is stale")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="overwrite files in the output folder that msgen did not write")  # fmt: skip
+    p.add_argument("--rehearsal", action="store_true",
+                   help="the smallest dims the mesh allows, for train.py --rehearse on a laptop")  # fmt: skip
     add_set_option(p)
 
 

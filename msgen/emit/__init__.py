@@ -44,6 +44,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     )
     from msgen.emit.plan_json import plan_json
     from msgen.emit.render import render_model, render_train
+    from msgen.emit.strategy import strategy_files
     from msgen.estimate.memory import estimate
     from msgen.estimate.output import estimate_report
 
@@ -73,6 +74,9 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
             estimate_report(estimate(plan)).model_dump(mode="json", exclude={"time"}),
         ),
     }
+    mesh = spec.mesh
+    if mesh.tp > 1 or mesh.pp > 1 or spec.train.zero > 0:  # semi-auto: ranks write one
+        files.update(strategy_files(json.loads(files["plan.json"])))
     if cluster.device_ips is not None:
         files["hccl.json"] = rank_table_json(launch)
         files["launch/rank_table.sh"] = rank_table_script(launch)

@@ -88,8 +88,12 @@ class Attention(OpDef):
         }
 
     def helper_values(self, ops):
-        # One Attention cell serves the model: it takes `flash` when any op asks for it.
-        return {"flash": any(op.setting("flash") for op in ops)}
+        # One Attention cell serves the model: it takes `flash` when any op asks for it,
+        # and builds dropout primitives when any op drops out.
+        return {
+            "flash": any(op.setting("flash") for op in ops),
+            "dropout": any(op.setting("p") > 0 for op in ops),
+        }
 
     def code(self, op, model):
         (qkv,) = op.inputs
