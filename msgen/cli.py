@@ -21,6 +21,7 @@ from msgen.commands.status import (
     EXIT_PIPE,
     EXIT_USAGE,
     UsageError,
+    estimable,
 )
 
 
@@ -181,6 +182,29 @@ def cmd_explain(args) -> int:
     return EXIT_OK
 
 
+def cmd_report(args) -> int:
+    from msgen.runs import RunError
+    from msgen.runs.command import ReportOptions, report_command, spec_named_in
+    from msgen.runs.summary import predict
+
+    def prediction(run):
+        spec = args.spec or spec_named_in(run)
+        if spec is None:
+            return None
+        result = _analyze(str(spec), "text")
+        if not estimable(result):
+            raise UsageError(f"{spec} has errors: nothing to compare the run with")
+        return predict(result)
+
+    options = ReportOptions(
+        Path(args.run), args.json, *(Path(x) if x else None for x in (args.html, args.svg))
+    )
+    try:
+        return report_command(options, prediction)
+    except RunError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def _spec_command(sub, name, help_text, func, many=False):
     p = sub.add_parser(name, help=help_text, description=help_text)
     if many:
@@ -287,6 +311,22 @@ def _explain_command(sub) -> None:
     p.set_defaults(func=cmd_explain)
 
 
+def _report_command(sub) -> None:
+    text = "read a training run back: summary, alarms, predicted against measured"
+    p = sub.add_parser("report", help=text, description=text + ". Exit 0 healthy, 1 an "
+                       "alarm fired, 2 usage.")  # fmt: skip
+    p.add_argument("run", metavar="RUN_DIR", help="train.py's --output folder (rank_*/log.csv)")
+    p.add_argument("--spec", metavar="SPEC",
+                   help="hold the run against this spec's estimate (default: the spec "
+                   "run.json names, when it is here)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    drawing = p.add_mutually_exclusive_group()
+    drawing.add_argument("--html", metavar="FILE", help="also write the report and its "
+                         "plots as one self-contained HTML file")  # fmt: skip
+    drawing.add_argument("--svg", metavar="FILE", help="also write the plots as one SVG")
+    p.set_defaults(func=cmd_report)
+
+
 # Each subcommand's definition, in the order `msgen --help` lists them.
 SUBCOMMANDS = {
     "check": _check_command,
@@ -296,6 +336,7 @@ SUBCOMMANDS = {
     "data": _data_command,
     "fmt": _fmt_command,
     "explain": _explain_command,
+    "report": _report_command,
 }
 
 

@@ -24,7 +24,7 @@ LAYERS = (
     ("estimate", ("msgen.estimate",)),
     ("compiler", ("msgen.compiler",)),
     ("emit", ("msgen.emit",)),
-    ("command", ("msgen.commands", "msgen.data", "msgen.cli")),
+    ("command", ("msgen.commands", "msgen.data", "msgen.runs", "msgen.cli")),
 )
 
 
