@@ -6,10 +6,12 @@ The rules (docs/report.md, "Alarms", lists them with the thresholds below):
   memory growth) never judges the warm-up, the first max(10, 5% of the run's
   steps) steps, and needs `min_history` earlier steps of its series. Step 1's
   time (the graph compiles) never counts.
-- A spike is a value more than `k` robust deviations above the median of the
-  `window` earlier values: the deviation is 1.4826 x the median absolute
-  deviation (the standard deviation, for normal noise), floored so that a
-  flat curve does not turn rounding into spikes.
+- A spike is a value more than `k` robust deviations above the level: the
+  median of the `level_rows` values before it. The deviation is that of the
+  step-to-step changes over the `window` values before, 1.4826 x their median
+  absolute deviation / sqrt(2) (the standard deviation of normal noise; the
+  changes, not the values, so that a loss falling fast is not taken for
+  noise), floored so that a flat curve does not turn rounding into spikes.
 - Slow steps: the fastest rank took more than `slow_factor` x the median of its
   earlier steps, `consecutive` steps in a row (every rank waited). A straggler:
   one rank took more than `straggler_factor` x the median of the other ranks at
@@ -50,7 +52,8 @@ class Thresholds:
     min_history: int = 20  # earlier steps it needs at least
     warmup_steps: int = 10  # never judged: the first max(warmup_steps,
     warmup_share: float = 0.05  # warmup_share x the run's steps) steps
-    loss_k: float = 6.0  # robust deviations above the trailing median
+    level_rows: int = 5  # a spike's level: the median of this many values before it
+    loss_k: float = 6.0  # robust deviations above the level
     loss_floor: tuple[float, float] = (0.02, 0.01)  # deviation >= 2% of the median, 0.01 nats
     grad_k: float = 6.0
     grad_floor: tuple[float, float] = (0.1, 0.0)  # deviation >= 10% of the median
@@ -113,22 +116,25 @@ def streaks(flags: list[bool], least: int = 1) -> list[tuple[int, int]]:
     return out
 
 
-def robust_high(value: float, history: list[float], k: float, floor: tuple[float, float]):
-    """The median of `history` when `value` is more than k robust deviations above it."""
-    mid = median(history)
-    deviation = max(ROBUST * median(abs(x - mid) for x in history), floor[0] * abs(mid), floor[1])
-    return mid if value > mid + k * deviation else None
+def robust_high(value: float, history: list[float], t: Thresholds, k: float, floor):
+    """The level `value` rose above when it is a spike, else None."""
+    level = median(history[-t.level_rows :])
+    changes = [b - a for a, b in zip(history, history[1:])]
+    mid = median(changes)
+    noise = ROBUST * median(abs(c - mid) for c in changes) / math.sqrt(2)
+    deviation = max(noise, floor[0] * abs(level), floor[1])
+    return level if value > level + k * deviation else None
 
 
 def spike_flags(rows, column, warm, k, floor, t) -> tuple[list[bool], list[float | None]]:
-    """Per row: a spike in `column`, and the trailing median it rose above."""
+    """Per row: a spike in `column`, and the level it rose above."""
     history: list[float] = []
     flags, medians = [], []
     for row in rows:
         value, mid = row.get(column), None
         if finite(value):
             if row["step"] > warm and len(history) >= t.min_history:
-                mid = robust_high(value, history[-t.window :], k, floor)
+                mid = robust_high(value, history[-t.window :], t, k, floor)
             history.append(value)
         flags.append(mid is not None)
         medians.append(mid)
@@ -155,8 +161,8 @@ def rank_alarms(rank: int, rows, warm: int, t: Thresholds) -> list[Alarm]:
     ):
         flags, mids = spike_flags(rows, column, warm, k, floor, t)
         fire(kind, flags, 1, lambda i, j, c=column, m=mids, k=k: (
-            f"{c} {rows[i][c]:.4g}, more than {k:g} robust deviations above the "
-            f"trailing median {m[i]:.4g}"))  # fmt: skip
+            f"{c} {rows[i][c]:.4g}, more than {k:g} robust deviations above its "
+            f"level {m[i]:.4g}"))  # fmt: skip
     out += valid_alarms(rank, rows, warm, t)
     memory = [r.get("peak_memory_bytes") for r in rows]
     rises = [
