@@ -14,7 +14,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "msgen"
 
 # The pipeline, bottom to top (shared/DESIGN.md "The pipeline").
 LAYERS = (
-    ("diagnostics", ("msgen", "msgen.diagnostics", "msgen.codes", "msgen.resources")),
+    (
+        "diagnostics",
+        ("msgen", "msgen.diagnostics", "msgen.codes", "msgen.resources", "msgen.hostinfo"),
+    ),
     ("syntax", ("msgen.syntax",)),
     ("ir", ("msgen.ir",)),
     ("ops", ("msgen.ops",)),
