@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from fnmatch import fnmatch
 from pathlib import Path
 
+import hostinfo  # beside train.py: msgen's reader of the CANN and driver versions
 import mindspore as ms
 import mindspore.dataset as ds
 import numpy as np
@@ -43,7 +44,6 @@ from mindspore.nn.optim.optimizer import Optimizer
 from mindspore.parallel.auto_parallel import AutoParallel
 from mindspore.parallel.nn import Pipeline, PipelineGradReducer
 from mindspore.profiler import profile, schedule, tensorboard_trace_handler
-import hostinfo
 from model import Llama13b
 
 DP, TP, PP = 1, 8, 2
