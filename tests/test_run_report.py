@@ -18,9 +18,11 @@ module. Then:
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 
+import msgen
 from msgen.cli import main
 from tests.emit_fixtures import SPECS, compile_spec
 
@@ -145,6 +148,58 @@ def json_estimate():
     with redirect_stdout(out):
         status = main(["estimate", str(SPEC), "--json", "--set", f"train.eval_every={EVAL_EVERY}"])
     return status, json.loads(out.getvalue()), None
+
+
+# provenance and memory --------------------------------------------------------------
+
+
+def test_run_json_holds_where_the_run_comes_from(trained):
+    import mindspore
+
+    folder = trained.parent
+    (segment,) = json.loads((trained / "rank_0" / "run.json").read_text())["segments"]
+    manifest = (folder / "manifest.json").read_bytes()
+    assert segment["versions"]["mindspore"] == mindspore.__version__
+    commit = segment["versions"]["mindspore_commit"]
+    assert (
+        len(commit) >= 7
+        and f"[sha1]:{commit}," in (Path(mindspore.__file__).parent / ".commit_id").read_text()
+    )
+    assert segment["versions"]["msgen"] == msgen.__version__
+    assert segment["versions"]["python"] == platform.python_version()
+    assert segment["spec"]["sha256"] == spec_sha256()
+    assert segment["manifest_sha256"] == hashlib.sha256(manifest).hexdigest()
+    assert (segment["rank"], segment["world"], segment["start_step"]) == (0, 1, 0)
+    assert segment["argv"][1:] == ["--standalone", "--steps", str(STEPS)]
+    assert segment["tokens_per_step"] == 8 * 32 and segment["mesh"] == {"dp": 2, "tp": 1, "pp": 1}
+    assert segment["env"]["GLOG_v"] == "3"
+    # no CANN on this host: the versions are absent, not guessed
+    assert segment["versions"]["cann"] is None and segment["versions"]["driver"] is None
+
+
+def spec_sha256() -> str:
+    from msgen.compiler import analyze
+
+    return analyze(SPEC).spec.sha256
+
+
+def test_the_peak_memory_column_is_empty_on_the_cpu(trained):
+    rows = read(trained / "rank_0" / "log.csv")
+    assert all(r["peak_memory_bytes"] == "" for r in rows)  # max_memory_allocated() is 0
+
+
+def test_a_resumed_run_appends_a_segment(trained, tmp_path):
+    output = tmp_path / "output"
+    shutil.copytree(trained, output)
+    first = json.loads((output / "rank_0" / "run.json").read_text())["segments"]
+    cmd = [sys.executable, "train.py", "--standalone", "--resume", "--steps", str(STEPS + 2),
+           "--output", str(output)]  # fmt: skip
+    done = subprocess.run(cmd, cwd=trained.parent, env={**os.environ, "GLOG_v": "3"},
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    segments = json.loads((output / "rank_0" / "run.json").read_text())["segments"]
+    assert segments[0] == first[0] and len(segments) == 2
+    assert segments[1]["start_step"] == STEPS and "--resume" in segments[1]["argv"]
 
 
 # alarms ----------------------------------------------------------------------------
@@ -375,3 +430,31 @@ def test_html_and_svg_bytes_are_deterministic(trained, tmp_path):
         assert banned not in (tmp_path / "a.html").read_text().replace(
             'xmlns="http://www.w3.org/2000/svg"', ""
         )
+
+
+# two processes under msrun -------------------------------------------------------------
+
+
+def test_a_two_process_msrun_run_reads_back(tmp_path):
+    """tiny_dp as two data-parallel processes under its launch/msrun.sh, 4 steps: both
+    ranks write run.json (the same versions: no alarm), and the summary is rank 0's log
+    with tokens/s per device over the 2 devices."""
+    from tests.test_multirank import finish, msrun
+
+    folder = compile_spec(SPEC, tmp_path / "gen")
+    finish(msrun(folder, folder, folder / "output", "--synthetic", "--steps", "4"), folder)
+    status, out, err = report(folder / "output", "--json", "--spec", SPEC)
+    doc = json.loads(out)
+    assert (status, doc["alarms"], doc["notes"]) == (0, [], [])
+    assert doc["world"] == 2 and [r["run_json"] for r in doc["ranks"]] == [True, True]
+    segments = [
+        json.loads((folder / "output" / f"rank_{r}" / "run.json").read_text())["segments"][0]
+        for r in (0, 1)
+    ]
+    assert [(s["rank"], s["world"]) for s in segments] == [(0, 2), (1, 2)]
+    assert segments[0]["versions"] == segments[1]["versions"]
+    rows = read(folder / "output" / "rank_0" / "log.csv")
+    s = doc["summary"]
+    assert s["steps"] == 4 and s["loss"] == float(rows[-1]["loss"]) and s["timed_from"] == 2
+    speeds = [float(r["tokens_per_s"]) for r in rows[1:]]
+    assert s["tokens_per_s_per_device"] == pytest.approx(np.median(speeds) / 2)
