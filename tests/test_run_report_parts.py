@@ -142,3 +142,18 @@ def test_the_json_holds_to_the_schema(tmp_path):
     run = lay_out(tmp_path, {0: HEADER + "".join(row(s) for s in range(1, 31))}, world=1)
     _, doc = notes(run)
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+
+
+def test_validation_rising_again_without_a_new_best_is_the_same_alarm(tmp_path):
+    """A run that overfits: the validation loss rises from step 30 on, dips by a hair at
+    step 42 (which breaks the run of rises) and rises on: one alarm, at the first rise."""
+    valid = {s: 3.0 - 0.01 * s for s in range(2, 29, 2)}
+    valid |= {s: 2.72 + 0.01 * (s - 28) for s in range(30, 41, 2)}
+    valid |= {42: valid[40] - 0.001} | {s: valid[40] + 0.01 * (s - 42) for s in range(44, 61, 2)}
+    rows = "".join(
+        row(s)[: -len(",,,\n")] + (f",{valid[s]:.6g},1,\n" if s in valid else ",,,\n")
+        for s in range(1, 61)
+    )
+    status, out, _ = report(lay_out(tmp_path, {0: HEADER + rows}, world=1), "--json")
+    alarms = [(a["kind"], a["step"]) for a in json.loads(out)["alarms"]]
+    assert (status, alarms) == (1, [("valid_loss_rising", 30)])

@@ -182,7 +182,8 @@ def steps_to(rows, i: int, j: int) -> str:
 
 def valid_alarms(rank: int, rows, warm: int, t: Thresholds) -> list[Alarm]:
     """Validation loss higher at `valid_rises` evaluations in a row while the training
-    loss (the median of `trend_rows` rows up to an evaluation) fell over them."""
+    loss (the median of `trend_rows` rows up to an evaluation) fell over them; after
+    that, again only once the validation loss has reached a new best."""
     at = {int(r["step"]): i for i, r in enumerate(rows)}
     evals = [(int(r["step"]), r["valid_loss"]) for r in rows if finite(r.get("valid_loss"))]
 
@@ -206,9 +207,15 @@ def valid_alarms(rank: int, rows, warm: int, t: Thresholds) -> list[Alarm]:
             and after is not None
             and after < before
         )
-    out = []
+    out, fired_at = [], None
     for first, last in streaks(flags):
         start, end = evals[first - n], evals[last]
+        # Once it fired, it fires again only after a new best validation loss.
+        if fired_at is not None and min(v for _, v in evals[fired_at:first]) >= min(
+            v for _, v in evals[:fired_at]
+        ):
+            continue
+        fired_at = last + 1
         out.append(Alarm("valid_loss_rising", evals[first - n + 1][0], (rank,), (
             f"validation loss rose at {last - first + n} evaluations in a row, "
             f"{start[1]:.4g} at step {start[0]} -> {end[1]:.4g} at step {end[0]}, "
