@@ -161,6 +161,38 @@ def cmd_data(args) -> int:
     return EXIT_OK
 
 
+def cmd_import(args) -> int:
+    from msgen.hf.command import ImportOptions, import_command
+
+    for flag in ("devices", "per_node", "seq", "global_batch"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1")
+    options = ImportOptions(
+        config=Path(args.config),
+        output=Path(args.output) if args.output else None,
+        devices=args.devices,
+        device=args.device,
+        per_node=args.per_node,
+        seq=args.seq,
+        name=args.name,
+        global_batch=args.global_batch,
+        force=args.force,
+    )
+    return import_command(options)
+
+
+def cmd_ckpt(args) -> int:
+    from msgen.hf.ckpt import CkptOptions, from_hf, to_hf_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    if not result.ok:
+        return EXIT_ERRORS
+    options = CkptOptions(Path(args.file), Path(args.source), Path(args.output), args.force)
+    run = {"from-hf": from_hf, "to-hf": to_hf_command}[args.action]
+    return run(result, options)
+
+
 def cmd_fmt(args) -> int:
     from msgen.commands.fmt import FmtOptions, fmt_command
 
@@ -294,6 +326,45 @@ def _data_command(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
 
 
+def _import_command(sub) -> None:
+    text = "a Hugging Face model's config.json to a spec (LLaMA, Qwen2, Mistral)"
+    p = sub.add_parser("import", help=text, description=text)
+    p.add_argument("source", choices=("hf",), help="where the model comes from: hf")
+    p.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
+    p.add_argument("-o", "--output", metavar="SPEC", help="write the spec here (default: print)")
+    p.add_argument("--devices", type=int, metavar="N",
+                   help="lay the spec out for N devices with the planner (default: one)")  # fmt: skip
+    p.add_argument("--device", default="ascend910b", metavar="NAME",
+                   help="the device catalogue entry (default: ascend910b)")  # fmt: skip
+    p.add_argument("--per-node", type=int, default=8, metavar="N",
+                   help="devices per server (default: 8)")  # fmt: skip
+    p.add_argument("--seq", type=int, metavar="N",
+                   help="sequence length (default: max_position_embeddings, at most 4096)")  # fmt: skip
+    p.add_argument("--name", help="the model's name in the spec (default: the config's folder)")
+    p.add_argument("--global-batch", type=int, default=64, metavar="N",
+                   help="sequences per step (default: 64)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace an existing -o file")
+    p.set_defaults(func=cmd_import)
+
+
+def _ckpt_command(sub) -> None:
+    text = "checkpoints in and out: Hugging Face safetensors to msgen's and back"
+    p = sub.add_parser("ckpt", help=text, description=text)
+    p.add_argument("action", choices=("from-hf", "to-hf"),
+                   help="from-hf: a Hugging Face folder to the checkpoint train.py "
+                   "--init-from loads; to-hf: a checkpoint back to safetensors")  # fmt: skip
+    p.add_argument("file", metavar="SPEC")
+    p.add_argument("source", metavar="DIR",
+                   help="from-hf: the Hugging Face model folder; to-hf: the folder from-hf "
+                   "wrote, or a one-rank run's output folder")  # fmt: skip
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
+    p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
+    p.add_argument("--error-format", choices=("text", "json", "github"), default="text",
+                   help="how diagnostics are printed (default: text)")  # fmt: skip
+    add_set_option(p)
+    p.set_defaults(func=cmd_ckpt)
+
+
 def _fmt_command(sub) -> None:
     text = "rewrite specs in the canonical layout, keeping comments"
     p = sub.add_parser("fmt", help=text, description=text)
@@ -334,6 +405,8 @@ SUBCOMMANDS = {
     "plan": _plan_command,
     "compile": _compile_command,
     "data": _data_command,
+    "import": _import_command,
+    "ckpt": _ckpt_command,
     "fmt": _fmt_command,
     "explain": _explain_command,
     "report": _report_command,
