@@ -182,6 +182,14 @@ NOT_RUN = {
     "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/",
     "msgen data specs/gpt7b.msl corpus.jsonl --train-tokenizer --valid 0.01",
     "msgen data specs/gpt7b.msl shards/ --tokenizer gpt2/tokenizer.json --dedup -o data/gpt7b/",
+    # `msgen report` reads a training run's output folder, which a checkout does not
+    # hold; tests/test_run_report.py runs it on real runs.
+    "msgen report output/",
+    "msgen report output/ --html report.html",
+    "msgen report output/ --json",
+    "msgen report output/ --spec specs/gpt7b.msl",
+    "msgen report output/ --svg report.svg",
+    "msgen report output/ [--spec SPEC] [--html F | --svg F] [--json]",
 }
 # What the text next to a command says it prints (stdout + stderr), beyond exit 0.
 SAYS = {
