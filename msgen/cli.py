@@ -104,7 +104,9 @@ def cmd_estimate(args) -> int:
     from msgen.commands.estimate import EstimateOptions, estimate_command
 
     result = _analyze(args.file, args.error_format, args.set)
-    options = EstimateOptions(Path(args.file), args.json, args.svg, tuple(args.set))
+    options = EstimateOptions(
+        Path(args.file), args.json, args.svg, tuple(args.set), _calibrated(args, result)
+    )
     return estimate_command(result, options)
 
 
@@ -114,8 +116,9 @@ def cmd_plan(args) -> int:
     result = _analyze(args.file, args.error_format)
     write = Path(args.write) if args.write is not None else None
     options = PlanOptions(
-        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force
-    )
+        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force,
+        _calibrated(args, result),
+    )  # fmt: skip
     return plan_command(result, options)
 
 
@@ -214,6 +217,54 @@ def cmd_explain(args) -> int:
     return EXIT_OK
 
 
+def _calibrated(args, result):
+    """`--calibration FILE`: the spec's device with the file's values; None without it
+    (or when the spec did not lower: its errors are reported as they are)."""
+    if not args.calibration or result.spec is None:
+        return None
+    from msgen.runs import RunError
+    from msgen.runs.calibrate import calibrated_device
+
+    try:
+        return calibrated_device(Path(args.calibration), result.spec.cluster.device)
+    except RunError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def add_calibration_option(p) -> None:
+    p.add_argument("--calibration", metavar="FILE",
+                   help="time on the spec's device as `msgen calibrate` fitted it to your "
+                   "runs (the built-in catalogue stays as it is)")  # fmt: skip
+
+
+def cmd_calibrate(args) -> int:
+    from msgen.commands.files import write_output
+    from msgen.runs import RunError
+    from msgen.runs.calibrate import calibrate, calibration_json, measured, render
+    from msgen.runs.command import spec_named_in
+    from msgen.runs.logs import read_run
+
+    runs = []
+    try:
+        for folder in map(Path, args.runs):
+            spec = args.spec or spec_named_in(read_run(folder))
+            if spec is None:
+                raise UsageError(f"{folder}: its run.json names no spec here; give --spec")
+            result = _analyze(str(spec), "text")
+            if not estimable(result):
+                raise UsageError(f"{spec} has errors: no time model to fit")
+            runs.append(measured(folder, result))
+        fit = calibrate(runs, tuple(args.fit.split(",")) if args.fit else None)
+    except RunError as exc:
+        raise UsageError(str(exc)) from exc
+    sys.stdout.write(render(fit, runs))
+    if args.out_file:
+        if Path(args.out_file).exists() and not args.force:
+            raise UsageError(f"-o {args.out_file} exists; add --force to replace it")
+        write_output("-o", args.out_file, Path(runs[0].result.file), calibration_json(fit, runs))
+    return EXIT_OK
+
+
 def cmd_report(args) -> int:
     from msgen.runs import RunError
     from msgen.runs.command import ReportOptions, report_command, spec_named_in
@@ -226,7 +277,7 @@ def cmd_report(args) -> int:
         result = _analyze(str(spec), "text")
         if not estimable(result):
             raise UsageError(f"{spec} has errors: nothing to compare the run with")
-        return predict(result)
+        return predict(result, _calibrated(args, result))
 
     options = ReportOptions(
         Path(args.run), args.json, *(Path(x) if x else None for x in (args.html, args.svg))
@@ -272,6 +323,7 @@ def _estimate_command(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--svg", metavar="FILE", help="also draw the stages as a stacked-bar SVG")
     add_set_option(p)
+    add_calibration_option(p)
 
 
 def _plan_command(sub) -> None:
@@ -286,6 +338,7 @@ def _plan_command(sub) -> None:
     p.add_argument("--pick", type=int, default=1, metavar="N",
                    help="with --write: the N-th plan (default 1)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="with --write: replace an existing FILE")
+    add_calibration_option(p)
 
 
 def _compile_command(sub) -> None:
@@ -395,7 +448,24 @@ def _report_command(sub) -> None:
     drawing.add_argument("--html", metavar="FILE", help="also write the report and its "
                          "plots as one self-contained HTML file")  # fmt: skip
     drawing.add_argument("--svg", metavar="FILE", help="also write the plots as one SVG")
+    add_calibration_option(p)
     p.set_defaults(func=cmd_report)
+
+
+def _calibrate_command(sub) -> None:
+    text = "fit the time model's device parameters to the step times of your runs"
+    p = sub.add_parser("calibrate", help=text, description=text + ", with the fit the "
+                       "device catalogue is calibrated with; the catalogue is not changed")  # fmt: skip
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py's --output folders")
+    p.add_argument("--spec", metavar="SPEC",
+                   help="the spec every run ran (default: the one each run.json names)")  # fmt: skip
+    p.add_argument("--fit", metavar="P,...",
+                   help="the parameters to fit (default: matmul_efficiency, memory_efficiency "
+                   "and the links the runs use); at most one per run")  # fmt: skip
+    p.add_argument("-o", dest="out_file", metavar="FILE",
+                   help="write the fitted values to FILE, for --calibration")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace an existing FILE")
+    p.set_defaults(func=cmd_calibrate)
 
 
 # Each subcommand's definition, in the order `msgen --help` lists them.
@@ -410,6 +480,7 @@ SUBCOMMANDS = {
     "fmt": _fmt_command,
     "explain": _explain_command,
     "report": _report_command,
+    "calibrate": _calibrate_command,
 }
 
 

@@ -26,6 +26,7 @@ class PlanOptions:
     write: Path | None = None  # save plan `pick` (from 1) as a spec here
     pick: int = 1
     force: bool = False  # replace an existing `write`
+    device: object | None = None  # the spec's device as calibrated (`--calibration`)
 
 
 def plan_command(result, options: PlanOptions) -> int:
@@ -35,7 +36,13 @@ def plan_command(result, options: PlanOptions) -> int:
         raise UsageError("--top must be at least 1")
     if options.pick < 1:
         raise UsageError("--pick must be at least 1")
-    found = search(result.spec, result.facts, options.objective, max(options.top, options.pick))
+    found = search(
+        result.spec,
+        result.facts,
+        options.objective,
+        max(options.top, options.pick),
+        options.device,
+    )
     shown = replace(found, plans=found.plans[: options.top])
     if options.json:
         sys.stdout.write(json.dumps(search_json(shown, options.objective), indent=2) + "\n")
