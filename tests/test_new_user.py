@@ -190,6 +190,11 @@ NOT_RUN = {
     "msgen report output/ --spec specs/gpt7b.msl",
     "msgen report output/ --svg report.svg",
     "msgen report output/ [--spec SPEC] [--html F | --svg F] [--json]",
+    # and `msgen calibrate` several runs' folders; tests/test_run_report_calibrate.py
+    # makes runs and fits them.
+    "msgen calibrate runs/a/ runs/b/ runs/c/ -o calibration.json",
+    "msgen calibrate runs/tp2/ runs/tp8/ runs/seq8k/ -o calibration.json",
+    "msgen estimate specs/gpt7b.msl --calibration calibration.json",
 }
 # What the text next to a command says it prints (stdout + stderr), beyond exit 0.
 SAYS = {
