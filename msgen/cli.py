@@ -21,7 +21,6 @@ from msgen.commands.status import (
     EXIT_PIPE,
     EXIT_USAGE,
     UsageError,
-    estimable,
 )
 
 
@@ -237,57 +236,34 @@ def add_calibration_option(p) -> None:
                    "runs (the built-in catalogue stays as it is)")  # fmt: skip
 
 
-def cmd_calibrate(args) -> int:
-    from msgen.commands.files import write_output
+def _run_tool(command, options) -> int:
+    """A run tool (msgen.runs) with the front end that prints a spec's diagnostics."""
     from msgen.runs import RunError
-    from msgen.runs.calibrate import calibrate, calibration_json, measured, render
-    from msgen.runs.command import spec_named_in
-    from msgen.runs.logs import read_run
 
-    runs = []
     try:
-        for folder in map(Path, args.runs):
-            spec = args.spec or spec_named_in(read_run(folder))
-            if spec is None:
-                raise UsageError(f"{folder}: its run.json names no spec here; give --spec")
-            result = _analyze(str(spec), "text")
-            if not estimable(result):
-                raise UsageError(f"{spec} has errors: no time model to fit")
-            runs.append(measured(folder, result))
-        fit = calibrate(runs, tuple(args.fit.split(",")) if args.fit else None)
+        return command(options, lambda spec: _analyze(str(spec), "text"))
     except RunError as exc:
         raise UsageError(str(exc)) from exc
-    sys.stdout.write(render(fit, runs))
-    if args.out_file:
-        if Path(args.out_file).exists() and not args.force:
-            raise UsageError(f"-o {args.out_file} exists; add --force to replace it")
-        write_output("-o", args.out_file, Path(runs[0].result.file), calibration_json(fit, runs))
-    return EXIT_OK
+
+
+def cmd_calibrate(args) -> int:
+    from msgen.runs.command import CalibrateOptions, calibrate_command
+
+    fit = tuple(args.fit.split(",")) if args.fit else None
+    out = Path(args.out_file) if args.out_file else None
+    spec = Path(args.spec) if args.spec else None
+    options = CalibrateOptions(tuple(map(Path, args.runs)), spec, fit, out, args.force)
+    return _run_tool(calibrate_command, options)
 
 
 def cmd_report(args) -> int:
-    from msgen.runs import RunError
-    from msgen.runs.command import ReportOptions, report_command, spec_named_in
-    from msgen.runs.summary import predict
+    from msgen.runs.command import ReportOptions, report_command
 
-    def prediction(run):
-        spec = args.spec or spec_named_in(run)
-        if spec is None:
-            return None
-        result = _analyze(str(spec), "text")
-        if not estimable(result):
-            if args.spec is None:  # the one run.json names: the report goes on without it
-                return None
-            raise UsageError(f"{spec} has errors: nothing to compare the run with")
-        return predict(result, _calibrated(args, result))
-
-    options = ReportOptions(
-        Path(args.run), args.json, *(Path(x) if x else None for x in (args.html, args.svg))
+    html, svg, spec, calibration = (
+        Path(x) if x else None for x in (args.html, args.svg, args.spec, args.calibration)
     )
-    try:
-        return report_command(options, prediction)
-    except RunError as exc:
-        raise UsageError(str(exc)) from exc
+    options = ReportOptions(Path(args.run), spec, args.json, html, svg, calibration)
+    return _run_tool(report_command, options)
 
 
 def _spec_command(sub, name, help_text, func, many=False):
