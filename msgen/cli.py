@@ -163,6 +163,21 @@ def cmd_data(args) -> int:
     return EXIT_OK
 
 
+def cmd_diff(args) -> int:
+    from msgen.review.command import DiffOptions, diff_command
+
+    if args.base is None and len(args.specs) != 2:
+        raise UsageError("diff needs two specs, OLD and NEW, or --base REF and one spec")
+    if args.base is not None and len(args.specs) != 1:
+        raise UsageError("diff --base REF compares one spec with its version at REF")
+    paths = [Path(p) for p in args.specs]
+    old = paths[0] if args.base is None else None
+    if args.to_file == "":
+        raise UsageError("-o needs a file name")
+    options = DiffOptions(paths[-1], old, args.base, tuple(args.set), args.format, args.to_file)
+    return diff_command(options)
+
+
 def cmd_import(args) -> int:
     from msgen.hf.command import ImportOptions, import_command
 
@@ -357,6 +372,20 @@ def _data_command(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
 
 
+def _diff_command(sub) -> None:
+    text = "what a change to a spec does: memory, step time, strategies, generated files"
+    p = sub.add_parser("diff", help=text, description=text)
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="OLD NEW, or one spec with --base")
+    p.add_argument("--base", metavar="REF",
+                   help="compare SPEC with its version at the git revision REF")  # fmt: skip
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a pull-request comment) or json")  # fmt: skip
+    p.add_argument("-o", "--output", dest="to_file", metavar="FILE",
+                   help="write to FILE instead of stdout")  # fmt: skip
+    add_set_option(p)  # NEW only: what the change would do with this value
+    p.set_defaults(func=cmd_diff)
+
+
 def _import_command(sub) -> None:
     text = "a Hugging Face model's config.json to a spec (LLaMA, Qwen2, Mistral)"
     p = sub.add_parser("import", help=text, description=text)
@@ -453,6 +482,7 @@ SUBCOMMANDS = {
     "plan": _plan_command,
     "compile": _compile_command,
     "data": _data_command,
+    "diff": _diff_command,
     "import": _import_command,
     "ckpt": _ckpt_command,
     "fmt": _fmt_command,

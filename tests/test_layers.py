@@ -27,7 +27,10 @@ LAYERS = (
     ("estimate", ("msgen.estimate",)),
     ("compiler", ("msgen.compiler",)),
     ("emit", ("msgen.emit",)),
-    ("command", ("msgen.commands", "msgen.data", "msgen.hf", "msgen.runs", "msgen.cli")),
+    (
+        "command",
+        ("msgen.commands", "msgen.data", "msgen.review", "msgen.hf", "msgen.runs", "msgen.cli"),
+    ),
 )
 
 

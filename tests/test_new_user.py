@@ -245,6 +245,12 @@ def test_every_documented_command_runs_as_printed(tmp_path, monkeypatch):
 
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
     shutil.copytree(ROOT / "generated", tmp_path / "generated")
+    # the Hugging Face models the docs import, as their published config.json
+    for folder, config in (("Qwen2-7B", "qwen2_7b"), ("Mistral-7B", "mistral_7b")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(
+            ROOT / "tests" / "hf_configs" / f"{config}.json", tmp_path / folder / "config.json"
+        )
     monkeypatch.chdir(tmp_path)
     for command in documented_commands():
         if command in NOT_RUN:
