@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from fnmatch import fnmatch
 from pathlib import Path
 
-import hostinfo  # beside train.py: msgen's reader of the CANN and driver versions
+import hostinfo
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, amp, nn, ops
