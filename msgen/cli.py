@@ -56,15 +56,17 @@ def _report(result, fmt: str) -> None:
 
         diags = sorted(result.diagnostics, key=sort_key)
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
+    if result.stopped and fmt == "text":
+        sys.stderr.write(f"note: {result.stopped}\n")
     if result.rederived and fmt == "text":
         changes = ", ".join(result.rederived)
-        sys.stderr.write(f"note: --set keeps the devices and the global batch: {changes}\n")
+        sys.stderr.write(f"note: --set keeps {result.kept}: {changes}\n")
 
 
-def _analyze(path: str, fmt: str, overrides=()):
+def _analyze(path: str, fmt: str, overrides=(), what_if: bool = False):
     p, analyze = _read_spec(path)
     try:
-        result = analyze(p, list(overrides))
+        result = analyze(p, list(overrides), what_if)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     _report(result, fmt)
@@ -102,7 +104,7 @@ def check_summary(specs: int, errors: int, warnings: int) -> str:
 def cmd_estimate(args) -> int:
     from msgen.commands.estimate import EstimateOptions, estimate_command
 
-    result = _analyze(args.file, args.error_format, args.set)
+    result = _analyze(args.file, args.error_format, args.set, what_if=True)
     options = EstimateOptions(
         Path(args.file), args.json, args.svg, tuple(args.set), _calibrated(args, result)
     )
@@ -112,11 +114,11 @@ def cmd_estimate(args) -> int:
 def cmd_plan(args) -> int:
     from msgen.commands.plan import PlanOptions, plan_command
 
-    result = _analyze(args.file, args.error_format)
+    result = _analyze(args.file, args.error_format, args.set, what_if=True)
     write = Path(args.write) if args.write is not None else None
     options = PlanOptions(
         Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force,
-        _calibrated(args, result),
+        tuple(args.set), _calibrated(args, result),
     )  # fmt: skip
     return plan_command(result, options)
 
@@ -152,6 +154,8 @@ def cmd_data(args) -> int:
         dedup=args.dedup,
         valid=args.valid,
         force=args.force,
+        for_dir=Path(args.for_dir) if args.for_dir else None,
+        error_format=args.error_format,
     )
     try:
         diags = data_command(result, options)
@@ -161,6 +165,18 @@ def cmd_data(args) -> int:
         sys.stderr.write(render(diags, args.error_format, {result.file: result.text}))
         return EXIT_ERRORS
     return EXIT_OK
+
+
+def cmd_doctor(args) -> int:
+    from msgen.doctor.command import DoctorOptions, doctor_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    paths = {k: Path(v) if v else None for k, v in
+             (("dryrun", args.dryrun), ("tree", args.tree), ("run_from", args.run_from),
+              ("output", args.output))}  # fmt: skip
+    options = DoctorOptions(Path(args.file), args.node, args.peers, json=args.json,
+                            compiled_from=args.compiled_from, **paths)  # fmt: skip
+    return doctor_command(result, options)
 
 
 def cmd_diff(args) -> int:
@@ -328,9 +344,10 @@ def _plan_command(sub) -> None:
                    help="rank by predicted step time (default) or by peak memory")  # fmt: skip
     p.add_argument("--write", metavar="FILE",
                    help="save the top plan (or --pick N) as a spec, laid out as msgen fmt does")  # fmt: skip
-    p.add_argument("--pick", type=int, default=1, metavar="N",
+    p.add_argument("--pick", type=int, metavar="N",
                    help="with --write: the N-th plan (default 1)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="with --write: replace an existing FILE")
+    add_set_option(p)
     add_calibration_option(p)
 
 
@@ -370,6 +387,31 @@ def _data_command(sub) -> None:
     p.add_argument("--valid", type=float, metavar="FRACTION",
                    help="put this fraction of the documents in valid.mindrecord")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
+    p.add_argument("--for", dest="for_dir", metavar="DIR",
+                   help="print the data line for a train.py that runs in DIR "
+                   "(default: generated/<model>/)")  # fmt: skip
+
+
+def _doctor_command(sub) -> None:
+    p = _spec_command(sub, "doctor", "check this host against the spec before launch "
+                      "(exit 1 on any error)", cmd_doctor)  # fmt: skip
+    add_set_option(p)
+    p.add_argument("--node", type=int, metavar="N",
+                   help="the node to check (default: the one whose address is this host's, else 0)")  # fmt: skip
+    p.add_argument("--peers", action="store_true",
+                   help="also ping the other nodes' device IPs from this node's devices")  # fmt: skip
+    p.add_argument("--dryrun", metavar="LOGDIR",
+                   help="instead: hold launch/dryrun.sh's logs against the estimate per stage")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--tree", metavar="DIR",
+                   help="the compiled tree (default: generated/<model>/)")  # fmt: skip
+    p.add_argument("--run-from", metavar="DIR",
+                   help="where train.py runs: the spec's data paths resolve there (default: the tree)")  # fmt: skip
+    p.add_argument("--output", metavar="DIR",
+                   help="train.py's --output folder (default: the tree's output/)")  # fmt: skip
+    p.add_argument("--compiled-from", metavar="SHA256",
+                   help="check only if the spec hashes to this (the launch scripts pass their "
+                   "tree's); otherwise say so and exit 0")  # fmt: skip
 
 
 def _diff_command(sub) -> None:
@@ -482,6 +524,7 @@ SUBCOMMANDS = {
     "plan": _plan_command,
     "compile": _compile_command,
     "data": _data_command,
+    "doctor": _doctor_command,
     "diff": _diff_command,
     "import": _import_command,
     "ckpt": _ckpt_command,
@@ -559,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPE
     except OSError as exc:  # the disk or the terminal failed, not msgen
         _quiet(sys.stdout)
-        _say(f"msgen: error: {exc.strerror or exc}\n")
+        where = f"{exc.filename}: " if exc.filename else ""  # which file, not only why
+        _say(f"msgen: error: {where}{exc.strerror or exc}\n")
         return EXIT_USAGE
     except Exception as exc:  # a bug: say so plainly, never a bare traceback
         import traceback

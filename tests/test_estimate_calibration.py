@@ -40,6 +40,7 @@ def catalogue(name: str) -> dict[str, float]:
     return {p: value(DEVICES[name], p) for p in DOC["fitted"][name]}
 
 
+@pytest.mark.slow  # the a100 fit: some 3,000 step-time evaluations
 def test_every_fitted_value_in_the_catalogue_is_what_the_fit_gives(device_runs):
     name, runs = device_runs
     assert fit(runs, DEVICES[name], DOC["fitted"][name]).values == catalogue(name)

@@ -28,9 +28,19 @@ from typing import Dict, Mapping, Optional
 # releases (major.minor) MindSpore 2.10 accepts without a warning.
 ACCEPTED_CANN = ("8.2", "8.3", "8.5", "9.0", "9.1")
 
-# mindformers 2.0.0's VERSION_MAP.json: mf 2.0.0 prefers MindSpore 2.10.0, which prefers
-# CANN 9.1.0, which prefers driver 26.1.0.
-PUBLISHED = {"mindspore": "2.10.0", "cann": "9.1.0", "driver": "26.1.0"}
+# mindformers 2.0.0's VERSION_MAP.json, "cann" -> "prefer": the driver published with
+# each CANN release of the accepted set.
+DRIVER_FOR_CANN = {
+    "8.2.RC1": "25.2.0",
+    "8.3.RC1": "25.3.RC1",
+    "8.5.0": "25.5.0",
+    "9.0.0": "26.0.RC1",
+    "9.1.0": "26.1.0",
+}
+
+# The same file: mindformers 2.0.0 prefers MindSpore 2.10.0 (the release the generated
+# code is written for), which prefers CANN 9.1.0.
+PUBLISHED = {"mindspore": "2.10.0", "cann": "9.1.0", "driver": DRIVER_FOR_CANN["9.1.0"]}
 
 # mindformers' defaults when ASCEND_HOME_PATH is unset.
 DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"

@@ -44,10 +44,6 @@ def fmt_num(v) -> str:
     return text if any(c in text for c in ".einf") else text + ".0"
 
 
-def total_layers(spec: Spec) -> int:
-    return sum(op.args.get("count", 0) for op in spec.network.ops if op.kind == "repeat")
-
-
 # batch ------------------------------------------------------------------------
 
 
@@ -307,7 +303,7 @@ def check_settings(spec: Spec) -> list[Diagnostic]:
 
 
 def check_buckets(spec: Spec) -> list[Diagnostic]:
-    layers = total_layers(spec)
+    layers = spec.network.total_layers
     diags = []
     for group in spec.fusion:
         if group.buckets > 1 and group.buckets > layers:
