@@ -221,7 +221,10 @@ def cmd_ckpt(args) -> int:
     result = _analyze(args.file, args.error_format, args.set)
     if not result.ok:
         return EXIT_ERRORS
-    options = CkptOptions(Path(args.file), Path(args.source), Path(args.output), args.force)
+    origin = Path(args.from_hf) if args.from_hf else None
+    options = CkptOptions(
+        Path(args.file), Path(args.source), Path(args.output), args.force, origin=origin
+    )
     run = {"from-hf": from_hf, "to-hf": to_hf_command}[args.action]
     return run(result, options)
 
@@ -461,6 +464,9 @@ def _ckpt_command(sub) -> None:
                    "wrote, or a one-rank run's output folder")  # fmt: skip
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
     p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
+    p.add_argument("--from-hf", metavar="DIR",
+                   help="to-hf of a run: the folder from-hf wrote for its --init-from "
+                   "(its source.json names and types the tensors)")  # fmt: skip
     p.add_argument("--error-format", choices=("text", "json", "github"), default="text",
                    help="how diagnostics are printed (default: text)")  # fmt: skip
     add_set_option(p)

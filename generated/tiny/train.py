@@ -78,6 +78,7 @@ NO_WEIGHT_DECAY = [
 GRAD_CLIP = 1.0
 CHECKPOINT_EVERY = 20
 CHECKPOINT_KEEP = 2
+INIT_FILE = "model.ckpt"  # the weights `msgen ckpt from-hf` writes, for --init-from
 LOG_EVERY = 10
 LOG_FIELDS = (
     "step",
@@ -288,6 +289,31 @@ def own_state(state, sliced):
     if not sliced:
         return state
     return {name: p for name, p in state.items() if p.sliced and not p.has_init}
+
+
+def init_weights(path, network, distributed):
+    """--init-from: the network's weights from `path`, by parameter path and shape; the
+    optimizer moments stay zero and the step 0 (a new run from these weights)."""
+    params = {p.name: p for p in network.get_parameters()}
+    if distributed and any(p.sliced for p in params.values()):
+        fail(
+            "--init-from loads whole weights: this mesh slices them; run it stand-alone "
+            "or on a data-parallel mesh"
+        )
+    try:
+        saved = ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, OSError) as exc:
+        fail(f"--init-from: cannot read {path}: {exc}")
+    missing = sorted(set(params) - set(saved))
+    if missing:
+        fail(f"--init-from: {path} lacks {missing[:5]} (converted for another spec?)")
+    for name, p in params.items():
+        if tuple(saved[name].shape) != tuple(p.shape):
+            fail(
+                f"--init-from: {name} is {list(saved[name].shape)} in {path}, "
+                f"{list(p.shape)} here"
+            )
+        p.set_data(saved[name].astype(p.dtype))
 
 
 def save(folder, step, state):
@@ -578,6 +604,12 @@ def parse_args():
         help="start anew where a run is: its checkpoints and log.csv are removed",
     )
     parser.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="DIR",
+        help="start from the weights in DIR/model.ckpt (msgen ckpt from-hf writes it)",
+    )
+    parser.add_argument(
         "--dryrun",
         action="store_true",
         help="MindSpore's dry run: compile, run one step, exit (with --synthetic)",
@@ -590,6 +622,14 @@ def parse_args():
         help="profile N steps after the first",
     )
     args = parser.parse_args()
+    if args.init_from and args.resume:
+        fail(
+            "--init-from starts a new run from weights; --resume continues one: pick one"
+        )
+    if args.init_from and not (args.init_from / INIT_FILE).is_file():
+        fail(
+            f"--init-from: no {args.init_from / INIT_FILE} (write it with msgen ckpt from-hf)"
+        )
     if not args.standalone and not launched():
         fail(
             "no launcher started this process: run launch/msrun.sh NODE_RANK on each node "
@@ -681,6 +721,8 @@ def main():
         return
 
     start = restore(folder, state, chosen) if args.resume else 0
+    if args.init_from:
+        init_weights(args.init_from / INIT_FILE, network, distributed)
     data = batches(shards, shard, start)
     write_run_json(folder, rank, world, start)
     print(

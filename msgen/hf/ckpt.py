@@ -44,6 +44,7 @@ class CkptOptions:
     output: Path
     force: bool = False
     shard_bytes: int = SHARD_BYTES
+    origin: Path | None = None  # to-hf of a run: the from-hf folder it started from
 
 
 def spec_params(result) -> dict[str, tuple[int, ...]]:
@@ -188,9 +189,9 @@ def newest_checkpoint(folder: Path) -> Path:
 def to_hf_command(result, options: CkptOptions) -> int:
     import mindspore as ms
 
-    source_file = options.source / SOURCE_FILE
+    source_file = (options.origin or options.source) / SOURCE_FILE
     if not source_file.is_file():
-        raise UsageError(f"{source_file} not found: to-hf needs the folder from-hf wrote")
+        raise UsageError(f"{source_file} not found: name the folder from-hf wrote with --from-hf")
     source = json.loads(source_file.read_text(encoding="utf-8"))
     model = model_of(source["config"])
     checkpoint = newest_checkpoint(options.source)
