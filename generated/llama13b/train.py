@@ -27,15 +27,20 @@ does; it writes `rehearsal.json` beside the log.
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
+import platform
+import socket
 import sys
 import time
+from datetime import datetime, timezone
 from fnmatch import fnmatch
 from pathlib import Path
 from types import SimpleNamespace
 
+import hostinfo
 import mindspore as ms
 import mindspore.dataset as ds
 import numpy as np
@@ -89,6 +94,7 @@ LOG_FIELDS = (
     "mfu",
     "valid_loss",
     "valid_perplexity",
+    "peak_memory_bytes",
 )
 # MFU = MODEL_FLOPS_PER_STEP / (step time * devices * PEAK_FLOPS): the model FLOPs of one
 # step over all devices, as `msgen estimate` counts them (Korthikanti et al. 2022), and
@@ -634,6 +640,71 @@ def write_rehearsal(path, step_cell):
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+# Environment variables that change how MindSpore, HCCL and the launch behave.
+RUN_ENV = ("ASCEND_", "DEVICE_ID", "GLOG_", "HCCL_", "MASTER_", "MS_", "RANK_")
+
+
+def mindspore_commit():
+    """The commit MindSpore was built from: its build writes `.commit_id` into the
+    package (`__commit_id__ = '[sha1]:<hex>,[branch]:...'`); None without it."""
+    path = Path(ms.__file__).parent / ".commit_id"
+    if not path.is_file():
+        return None
+    return path.read_text().partition("[sha1]:")[2].split(",")[0].strip("'\n ") or None
+
+
+def write_run_json(folder, rank, world, start):
+    """`run.json` in the rank's folder: the spec, the generated tree, the software,
+    the host and the command line of this run. A resumed run (`start` > 0) appends
+    a segment to those there; `msgen report` holds the ranks' against each other."""
+    path = folder / "run.json"
+    segments = []
+    if start and path.is_file():
+        try:
+            segments = json.loads(path.read_text())["segments"]
+        except (ValueError, KeyError):
+            segments = []  # unreadable: this run's segment stands alone
+    # The tree's own record of its spec and of msgen: compile writes it beside train.py.
+    manifest = Path(__file__).resolve().parent / "manifest.json"
+    made = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if made else None
+    stack = hostinfo.stack_versions(os.environ, platform.machine())
+    versions = {
+        "msgen": made.get("msgen_version"),
+        "mindspore": hostinfo.mindspore_version(),
+        "mindspore_commit": mindspore_commit(),
+        "python": platform.python_version(),
+        "cann": stack["cann"],
+        "driver": stack["driver"],
+    }
+    files = {"cann": stack["cann_file"], "driver": stack["driver_file"]}
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(RUN_ENV)}
+    segments.append(
+        {
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "start_step": start,
+            "rank": rank,
+            "world": world,
+            "host": socket.gethostname(),
+            "argv": sys.argv,
+            "spec": {
+                "name": "llama13b",
+                "path": made.get("spec"),
+                "sha256": made.get("spec_sha256"),
+            },
+            "manifest_sha256": digest,
+            "tokens_per_step": STEP_ROWS * SEQ,
+            "mesh": {"dp": DP, "tp": TP, "pp": PP},
+            "versions": versions,
+            "version_files": files,
+            "env": env,
+        }
+    )
+    staged = folder / "run.json.partial"
+    staged.write_text(json.dumps({"segments": segments}, indent=2) + "\n")
+    staged.replace(path)
+
+
 # What makes a rank's folder hold a run: a run never starts over one unless told
 # (--resume continues it, --overwrite removes these first).
 RUN_FILES = ("log.csv", "step_*.ckpt")
@@ -956,6 +1027,7 @@ def main():
     if args.init_from:
         init_weights(args.init_from / INIT_FILE, network, distributed)
     data = batches(shards, shard, start)
+    write_run_json(folder, rank, world, start)
     print(
         f"rank {rank}: steps {start} -> {args.steps}, {STEP_ROWS} sequences of {SEQ} tokens per step",
         flush=True,
@@ -974,11 +1046,14 @@ def main():
         log = csv.writer(log_file)
         for step in range(start + 1, args.steps + 1):
             tokens, labels = next(data)
+            # mindspore/runtime/memory.py: the peak since the last reset (0 on the CPU).
+            ms.runtime.reset_max_memory_allocated()
             began = time.perf_counter()
             loss, norm, lr, skipped = step_cell(Tensor(tokens), Tensor(labels))
             # The mean over the global batch; the other stages hold no loss.
             loss = float(loss.asnumpy()) / MICRO_BATCHES if last_stage else None
             took = time.perf_counter() - began
+            peak_memory = ms.runtime.max_memory_allocated() or None
             loss_scale = 1.0
             skipped = int(skipped.asnumpy())
             skipped_total += skipped
@@ -1000,6 +1075,7 @@ def main():
                 mfu,
                 valid_loss,
                 valid_perplexity,
+                peak_memory,
             )
             log.writerow(
                 "" if v is None else f"{v:.6g}" if isinstance(v, float) else v

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from msgen import __version__
 from msgen.analysis.plan import Plan
@@ -31,6 +32,16 @@ def manifest(files: dict[str, str], spec_path: str, sha256: str) -> str:
         "files": dict(sorted(listed.items())),
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def hostinfo_py(header: tuple[str, str]) -> str:
+    """msgen.hostinfo's source as it is (stdlib only): train.py records the CANN and
+    driver versions in run.json with the reader `msgen doctor` checks them with. It keeps
+    msgen's own layout, so black is told to leave it alone."""
+    from msgen import hostinfo
+
+    source = Path(hostinfo.__file__).read_text(encoding="utf-8")
+    return "\n".join([*header, "# msgen/hostinfo.py, carried as it is.", "# fmt: off", source])
 
 
 def emit(plan: Plan, spec_path: str) -> dict[str, str]:
@@ -66,6 +77,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     files = {
         "model.py": render_model(context),
         "train.py": render_train(context),
+        "hostinfo.py": hostinfo_py(header_lines(spec_path, spec.sha256)),
         "launch/msrun.sh": msrun_script(launch),
         "launch/dryrun.sh": dryrun_script(launch),
         "plan.json": plan_json(
