@@ -430,6 +430,13 @@ CODES: dict[str, tuple[str, str]] = {
         "Add text, give the validation set a larger `--valid` fraction, or lower `seq` or "
         "`global_batch`.",
     ),
+    "MSL603": (
+        "document skipped",
+        "`msgen data` skips a document it cannot use and goes on: invalid UTF-8 (the byte "
+        "offset is given), a JSON Lines line that is not JSON or has no string `--field`, "
+        "a record longer than 16 MiB, a document empty after normalisation. The first ten "
+        "are shown; dataset.json counts all of them by reason.",
+    ),
 }
 
 

@@ -43,7 +43,8 @@ update_cell_prefix update_cell_type update_parameters_name
 # not module-level, so they are named here: construct's arguments, the loop
 # variable of repeated layers (msgen/emit/opcode.py), the fusion helper's table.
 CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters"})
-TEMPLATES = ("model.py.j2", "train.py.j2", "ops/*.py.j2")  # ops/: the ops' helper cells
+TEMPLATES = ("model.py.j2", "train.py.j2", "train/**/*.py.j2", "ops/*.py.j2")
+# train/: train.py's fragments; ops/: the ops' helper cells
 
 _QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")
 _LISTED = re.compile(r"""\[["']([A-Za-z_][A-Za-z0-9_]*)["']\]""")

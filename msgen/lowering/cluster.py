@@ -101,14 +101,16 @@ class ClusterLowering(Reader):
             return None
         self.sources.append(data)
         found: dict[int, str] = {}
-        for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            m = re.fullmatch(r"\s*address_0*(\d+)\s*=\s*(\S+)\s*", line)
+        # lines end at \n alone (str.splitlines also breaks at \f, \x85, U+2028...);
+        # digits, spaces and key characters are ASCII ones (`address_٣` is no device 3)
+        for lineno, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+            m = re.fullmatch(r"\s*address_0*(\d+)\s*=\s*(\S+)\s*", line, re.ASCII)
             if m and len(m.group(1)) > 9:  # never int() of 4,300 digits and more
                 self.err("MSL309", f"`{path}` line {lineno} numbers a device past 10^9", span)
                 return None
             if m:
                 found[int(m.group(1))] = m.group(2)
-            elif line.strip() and not re.match(r"\s*(#|\w+_\d+\s*=)", line):
+            elif line.strip() and not re.match(r"\s*(#|\w+_\d+\s*=)", line, re.ASCII):
                 # quote the key at most: the file may be anything (never its lines)
                 key = re.match(r"\s*(\w{1,40})\s*=", line)
                 what = f" (key {key.group(1)!r})" if key else ""
