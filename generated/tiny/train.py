@@ -432,8 +432,8 @@ def init_weights(path, network, distributed):
     params = {p.name: p for p in network.get_parameters()}
     if distributed and any(p.sliced for p in params.values()):
         fail(
-            "--init-from loads whole weights: this mesh slices them; run it stand-alone "
-            "or on a data-parallel mesh"
+            "--init-from loads whole weights, and this mesh slices them: run it "
+            "stand-alone or on a data-parallel mesh"
         )
     try:
         saved = ms.load_checkpoint(str(path))
@@ -777,13 +777,10 @@ def parse_args():
     if args.rehearse and args.standalone:
         parser.error("--rehearse and --standalone exclude each other")
     if args.init_from and args.resume:
-        fail(
-            "--init-from starts a new run from weights; --resume continues one: pick one"
-        )
+        fail("--init-from starts a new run, --resume continues one: give one of them")
     if args.init_from and not (args.init_from / INIT_FILE).is_file():
-        fail(
-            f"--init-from: no {args.init_from / INIT_FILE} (write it with msgen ckpt from-hf)"
-        )
+        made = "msgen ckpt from-hf writes it"
+        fail(f"--init-from: no {args.init_from / INIT_FILE} ({made})")
     if not (args.standalone or args.rehearse) and not launched():
         fail(
             "no launcher started this process: run launch/msrun.sh NODE_RANK on each node "
