@@ -1,27 +1,38 @@
 """Step time of the generated tiny model against a hand-written MindSpore model of the
-same architecture, stand-alone on this machine's device (the CPU here).
+same architecture, stand-alone on this machine's device (the CPU here), and of the
+generated train.py's own step.
 
-    python bench/bench_step.py [-n 30] [--spec specs/tiny.msl]
+    python bench/bench_step.py [-r 5] [-k 10] [--spec specs/tiny.msl]
 
 Both models are the GPT layer of specs/tiny.msl (layernorm, fused qkv, causal attention,
 projection, dropout, residual, layernorm, exact-GELU MLP, dropout, residual), learned
 positions, the output layer tied to the embedding, full recompute of each layer, mean
 next-token cross entropy; fp32. Both train with the same AdamWeightDecay in one jitted
 step (value_and_grad, then the optimizer) on the same fixed batch of micro_batch * dp
-sequences for N steps after two untimed warm-up steps (the compile). The hand-written
-model is what a MindSpore user writes without msgen: nn.Dense, nn.LayerNorm,
-ops.softmax and ops.cross_entropy. Prints the median step time of each and the ratio
-generated / hand-written (target: at most 1.1).
+sequences, after two untimed warm-up steps (the compile). The hand-written model is
+what a MindSpore user writes without msgen: nn.Dense, nn.LayerNorm, ops.softmax and
+ops.cross_entropy. The third row is the generated train.py itself (`--standalone
+--synthetic`: its TrainStep with the micro-batch loop, its AdamW, the grad norm, the
+log line), its step times as its log.csv records them, the first two (the compile)
+left out.
+
+R rounds, each K steps of the generated network, K of the hand-written one and one
+run of train.py with K + 2 steps, in turn (interleaved: a slow moment of a shared
+machine falls on all three). Prints each one's median step, the spread of its round
+medians (max - min), and the ratios to the hand-written model (target for the
+generated network: at most 1.1).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import csv
 import importlib.util
 import math
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def generated_network(spec: Path):
     sys.path.insert(0, str(REPO))
+    from msgen.checks.reserved import camel
     from msgen.cli import main
 
     out = Path(tempfile.mkdtemp(prefix="msgen-bench-"))
@@ -44,8 +56,7 @@ def generated_network(spec: Path):
     model = importlib.util.module_from_spec(module_spec)
     sys.modules["bench_model"] = model  # MindSpore's parser imports a cell's module by name
     module_spec.loader.exec_module(model)
-    name = "".join(p[:1].upper() + p[1:] for p in folder.name.split("_"))
-    return getattr(model, name)()
+    return getattr(model, camel(folder.name))(), folder
 
 
 def hand_written(vocab, hidden, heads, ffn, layers, seq):
@@ -96,7 +107,8 @@ def hand_written(vocab, hidden, heads, ffn, layers, seq):
     return Net()
 
 
-def step_times(network, tokens, labels, steps: int) -> list[float]:
+def jitted_step(network, tokens, labels):
+    """A compiled train step of `network` and its batch; two warm-up steps done."""
     import mindspore as ms
     from mindspore import nn
 
@@ -113,17 +125,33 @@ def step_times(network, tokens, labels, steps: int) -> list[float]:
     x, y = ms.Tensor(tokens), ms.Tensor(labels)
     for _ in range(2):
         step(x, y).asnumpy()
+    return lambda: step(x, y).asnumpy()
+
+
+def timed(step, k: int) -> list[float]:
     times = []
-    for _ in range(steps):
+    for _ in range(k):
         start = time.perf_counter()
-        step(x, y).asnumpy()
+        step()
         times.append(time.perf_counter() - start)
     return times
 
 
+def train_py_steps(folder: Path, k: int) -> list[float]:
+    """One run of the generated train.py: its log.csv's step times but the first two."""
+    with tempfile.TemporaryDirectory() as out:
+        argv = [sys.executable, str(folder / "train.py"), "--standalone", "--synthetic",
+                "--steps", str(k + 2), "--output", out]  # fmt: skip
+        subprocess.run(argv, cwd=folder, check=True, capture_output=True)
+        (log,) = Path(out).rglob("log.csv")
+        rows = list(csv.DictReader(log.open()))
+    return [float(r["step_time"]) for r in rows[2:]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=30, help="timed steps per model")
+    parser.add_argument("-r", "--rounds", type=int, default=5)
+    parser.add_argument("-k", "--steps", type=int, default=10, help="timed steps per round")
     parser.add_argument("--spec", type=Path, default=REPO / "specs" / "tiny.msl")
     args = parser.parse_args()
     import mindspore as ms
@@ -140,14 +168,28 @@ def main() -> None:
     ids = rng.integers(0, dims["vocab"], (rows, dims["seq"] + 1), np.int32)
     tokens, labels = ids[:, :-1], ids[:, 1:]
     sizes = (dims["vocab"], dims["hidden"], dims["heads"], dims["ffn"], dims["layers"], dims["seq"])
-    results = {
-        "generated": step_times(generated_network(args.spec), tokens, labels, args.n),
-        "hand-written": step_times(hand_written(*sizes), tokens, labels, args.n),
+    network, folder = generated_network(args.spec)
+    steps = {
+        "generated": jitted_step(network, tokens, labels),
+        "hand-written": jitted_step(hand_written(*sizes), tokens, labels),
     }
-    medians = {name: statistics.median(t) for name, t in results.items()}
-    for name, median in medians.items():
-        print(f"{name:>13}: median step {median * 1e3:8.2f} ms over {args.n} steps")
-    print(f"ratio generated / hand-written: {medians['generated'] / medians['hand-written']:.3f}")
+    rounds: dict[str, list[list[float]]] = {"generated": [], "hand-written": [], "train.py": []}
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            rounds[name].append(timed(step, args.steps))
+        rounds["train.py"].append(train_py_steps(folder, args.steps))
+    print(f"{args.rounds} rounds of {args.steps} steps each, interleaved; {rows} sequences "
+          f"of {dims['seq']} tokens per step")  # fmt: skip
+    medians = {}
+    for name, per_round in rounds.items():
+        medians[name] = statistics.median(t for r in per_round for t in r)
+        of_rounds = [statistics.median(r) for r in per_round]
+        spread = max(of_rounds) - min(of_rounds)
+        print(f"{name:>13}: median step {medians[name] * 1e3:8.2f} ms, "
+              f"spread of round medians {spread * 1e3:7.2f} ms")  # fmt: skip
+    base = medians["hand-written"]
+    print(f"ratio generated / hand-written: {medians['generated'] / base:.3f} (target <= 1.1)")
+    print(f"ratio train.py / hand-written:  {medians['train.py'] / base:.3f}")
 
 
 if __name__ == "__main__":

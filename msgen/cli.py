@@ -56,15 +56,17 @@ def _report(result, fmt: str) -> None:
 
         diags = sorted(result.diagnostics, key=sort_key)
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
+    if result.stopped and fmt == "text":
+        sys.stderr.write(f"note: {result.stopped}\n")
     if result.rederived and fmt == "text":
         changes = ", ".join(result.rederived)
-        sys.stderr.write(f"note: --set keeps the devices and the global batch: {changes}\n")
+        sys.stderr.write(f"note: --set keeps {result.kept}: {changes}\n")
 
 
-def _analyze(path: str, fmt: str, overrides=()):
+def _analyze(path: str, fmt: str, overrides=(), what_if: bool = False):
     p, analyze = _read_spec(path)
     try:
-        result = analyze(p, list(overrides))
+        result = analyze(p, list(overrides), what_if)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     _report(result, fmt)
@@ -102,7 +104,7 @@ def check_summary(specs: int, errors: int, warnings: int) -> str:
 def cmd_estimate(args) -> int:
     from msgen.commands.estimate import EstimateOptions, estimate_command
 
-    result = _analyze(args.file, args.error_format, args.set)
+    result = _analyze(args.file, args.error_format, args.set, what_if=True)
     options = EstimateOptions(Path(args.file), args.json, args.svg, tuple(args.set))
     return estimate_command(result, options)
 
@@ -110,11 +112,12 @@ def cmd_estimate(args) -> int:
 def cmd_plan(args) -> int:
     from msgen.commands.plan import PlanOptions, plan_command
 
-    result = _analyze(args.file, args.error_format)
+    result = _analyze(args.file, args.error_format, args.set, what_if=True)
     write = Path(args.write) if args.write is not None else None
     options = PlanOptions(
-        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force
-    )
+        Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force,
+        tuple(args.set),
+    )  # fmt: skip
     return plan_command(result, options)
 
 
@@ -156,6 +159,8 @@ def cmd_data(args) -> int:
         dedup=args.dedup,
         valid=args.valid,
         force=args.force,
+        for_dir=Path(args.for_dir) if args.for_dir else None,
+        error_format=args.error_format,
     )
     try:
         diags = data_command(result, options)
@@ -165,6 +170,68 @@ def cmd_data(args) -> int:
         sys.stderr.write(render(diags, args.error_format, {result.file: result.text}))
         return EXIT_ERRORS
     return EXIT_OK
+
+
+def cmd_doctor(args) -> int:
+    from msgen.doctor.command import DoctorOptions, doctor_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    paths = {k: Path(v) if v else None for k, v in
+             (("dryrun", args.dryrun), ("tree", args.tree), ("run_from", args.run_from),
+              ("output", args.output))}  # fmt: skip
+    options = DoctorOptions(Path(args.file), args.node, args.peers, json=args.json,
+                            compiled_from=args.compiled_from, **paths)  # fmt: skip
+    return doctor_command(result, options)
+
+
+def cmd_diff(args) -> int:
+    from msgen.review.command import DiffOptions, diff_command
+
+    if args.base is None and len(args.specs) != 2:
+        raise UsageError("diff needs two specs, OLD and NEW, or --base REF and one spec")
+    if args.base is not None and len(args.specs) != 1:
+        raise UsageError("diff --base REF compares one spec with its version at REF")
+    paths = [Path(p) for p in args.specs]
+    old = paths[0] if args.base is None else None
+    if args.to_file == "":
+        raise UsageError("-o needs a file name")
+    options = DiffOptions(paths[-1], old, args.base, tuple(args.set), args.format, args.to_file)
+    return diff_command(options)
+
+
+def cmd_import(args) -> int:
+    from msgen.hf.command import ImportOptions, import_command
+
+    for flag in ("devices", "per_node", "seq", "global_batch"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least 1")
+    options = ImportOptions(
+        config=Path(args.config),
+        output=Path(args.output) if args.output else None,
+        devices=args.devices,
+        device=args.device,
+        per_node=args.per_node,
+        seq=args.seq,
+        name=args.name,
+        global_batch=args.global_batch,
+        force=args.force,
+    )
+    return import_command(options)
+
+
+def cmd_ckpt(args) -> int:
+    from msgen.hf.ckpt import CkptOptions, from_hf, to_hf_command
+
+    result = _analyze(args.file, args.error_format, args.set)
+    if not result.ok:
+        return EXIT_ERRORS
+    origin = Path(args.from_hf) if args.from_hf else None
+    options = CkptOptions(
+        Path(args.file), Path(args.source), Path(args.output), args.force, origin=origin
+    )
+    run = {"from-hf": from_hf, "to-hf": to_hf_command}[args.action]
+    return run(result, options)
 
 
 def cmd_fmt(args) -> int:
@@ -234,9 +301,10 @@ def _plan_command(sub) -> None:
                    help="rank by predicted step time (default) or by peak memory")  # fmt: skip
     p.add_argument("--write", metavar="FILE",
                    help="save the top plan (or --pick N) as a spec, laid out as msgen fmt does")  # fmt: skip
-    p.add_argument("--pick", type=int, default=1, metavar="N",
+    p.add_argument("--pick", type=int, metavar="N",
                    help="with --write: the N-th plan (default 1)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="with --write: replace an existing FILE")
+    add_set_option(p)
 
 
 def _compile_command(sub) -> None:
@@ -277,6 +345,87 @@ def _data_command(sub) -> None:
     p.add_argument("--valid", type=float, metavar="FRACTION",
                    help="put this fraction of the documents in valid.mindrecord")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
+    p.add_argument("--for", dest="for_dir", metavar="DIR",
+                   help="print the data line for a train.py that runs in DIR "
+                   "(default: generated/<model>/)")  # fmt: skip
+
+
+def _doctor_command(sub) -> None:
+    p = _spec_command(sub, "doctor", "check this host against the spec before launch "
+                      "(exit 1 on any error)", cmd_doctor)  # fmt: skip
+    add_set_option(p)
+    p.add_argument("--node", type=int, metavar="N",
+                   help="the node to check (default: the one whose address is this host's, else 0)")  # fmt: skip
+    p.add_argument("--peers", action="store_true",
+                   help="also ping the other nodes' device IPs from this node's devices")  # fmt: skip
+    p.add_argument("--dryrun", metavar="LOGDIR",
+                   help="instead: hold launch/dryrun.sh's logs against the estimate per stage")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--tree", metavar="DIR",
+                   help="the compiled tree (default: generated/<model>/)")  # fmt: skip
+    p.add_argument("--run-from", metavar="DIR",
+                   help="where train.py runs: the spec's data paths resolve there (default: the tree)")  # fmt: skip
+    p.add_argument("--output", metavar="DIR",
+                   help="train.py's --output folder (default: the tree's output/)")  # fmt: skip
+    p.add_argument("--compiled-from", metavar="SHA256",
+                   help="check only if the spec hashes to this (the launch scripts pass their "
+                   "tree's); otherwise say so and exit 0")  # fmt: skip
+
+
+def _diff_command(sub) -> None:
+    text = "what a change to a spec does: memory, step time, strategies, generated files"
+    p = sub.add_parser("diff", help=text, description=text)
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="OLD NEW, or one spec with --base")
+    p.add_argument("--base", metavar="REF",
+                   help="compare SPEC with its version at the git revision REF")  # fmt: skip
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a pull-request comment) or json")  # fmt: skip
+    p.add_argument("-o", "--output", dest="to_file", metavar="FILE",
+                   help="write to FILE instead of stdout")  # fmt: skip
+    add_set_option(p)  # NEW only: what the change would do with this value
+    p.set_defaults(func=cmd_diff)
+
+
+def _import_command(sub) -> None:
+    text = "a Hugging Face model's config.json to a spec (LLaMA, Qwen2, Mistral)"
+    p = sub.add_parser("import", help=text, description=text)
+    p.add_argument("source", choices=("hf",), help="where the model comes from: hf")
+    p.add_argument("config", metavar="CONFIG.json", help="the model's config.json")
+    p.add_argument("-o", "--output", metavar="SPEC", help="write the spec here (default: print)")
+    p.add_argument("--devices", type=int, metavar="N",
+                   help="lay the spec out for N devices with the planner (default: one)")  # fmt: skip
+    p.add_argument("--device", default="ascend910b", metavar="NAME",
+                   help="the device catalogue entry (default: ascend910b)")  # fmt: skip
+    p.add_argument("--per-node", type=int, default=8, metavar="N",
+                   help="devices per server (default: 8)")  # fmt: skip
+    p.add_argument("--seq", type=int, metavar="N",
+                   help="sequence length (default: max_position_embeddings, at most 4096)")  # fmt: skip
+    p.add_argument("--name", help="the model's name in the spec (default: the config's folder)")
+    p.add_argument("--global-batch", type=int, default=64, metavar="N",
+                   help="sequences per step (default: 64)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace an existing -o file")
+    p.set_defaults(func=cmd_import)
+
+
+def _ckpt_command(sub) -> None:
+    text = "checkpoints in and out: Hugging Face safetensors to msgen's and back"
+    p = sub.add_parser("ckpt", help=text, description=text)
+    p.add_argument("action", choices=("from-hf", "to-hf"),
+                   help="from-hf: a Hugging Face folder to the checkpoint train.py "
+                   "--init-from loads; to-hf: a checkpoint back to safetensors")  # fmt: skip
+    p.add_argument("file", metavar="SPEC")
+    p.add_argument("source", metavar="DIR",
+                   help="from-hf: the Hugging Face model folder; to-hf: the folder from-hf "
+                   "wrote, or a one-rank run's output folder")  # fmt: skip
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
+    p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
+    p.add_argument("--from-hf", metavar="DIR",
+                   help="to-hf of a run: the folder from-hf wrote for its --init-from "
+                   "(its source.json names and types the tensors)")  # fmt: skip
+    p.add_argument("--error-format", choices=("text", "json", "github"), default="text",
+                   help="how diagnostics are printed (default: text)")  # fmt: skip
+    add_set_option(p)
+    p.set_defaults(func=cmd_ckpt)
 
 
 def _fmt_command(sub) -> None:
@@ -303,6 +452,10 @@ SUBCOMMANDS = {
     "plan": _plan_command,
     "compile": _compile_command,
     "data": _data_command,
+    "doctor": _doctor_command,
+    "diff": _diff_command,
+    "import": _import_command,
+    "ckpt": _ckpt_command,
     "fmt": _fmt_command,
     "explain": _explain_command,
 }
@@ -375,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PIPE
     except OSError as exc:  # the disk or the terminal failed, not msgen
         _quiet(sys.stdout)
-        _say(f"msgen: error: {exc.strerror or exc}\n")
+        where = f"{exc.filename}: " if exc.filename else ""  # which file, not only why
+        _say(f"msgen: error: {where}{exc.strerror or exc}\n")
         return EXIT_USAGE
     except Exception as exc:  # a bug: say so plainly, never a bare traceback
         import traceback

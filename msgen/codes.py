@@ -109,7 +109,8 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL115": (
         "wrong arguments",
         "An op got too many positional arguments, an unknown keyword, the same argument twice, "
-        "or lacks a required one. docs/language.md gives each op's signature.",
+        "or lacks a required one; the optimizer or the schedule got the same argument twice. "
+        "docs/language.md gives each op's signature.",
     ),
     "MSL116": (
         "wrong kind of operand",
@@ -436,6 +437,13 @@ CODES: dict[str, tuple[str, str]] = {
         "and the validation set when there is one, must make at least `global_batch` windows. "
         "Add text, give the validation set a larger `--valid` fraction, or lower `seq` or "
         "`global_batch`.",
+    ),
+    "MSL603": (
+        "document skipped",
+        "`msgen data` skips a document it cannot use and goes on: invalid UTF-8 (the byte "
+        "offset is given), a JSON Lines line that is not JSON or has no string `--field`, "
+        "a record longer than 16 MiB, a document empty after normalisation. The first ten "
+        "are shown; dataset.json counts all of them by reason.",
     ),
 }
 

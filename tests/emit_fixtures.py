@@ -29,6 +29,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from msgen.checks.reserved import camel
+
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {
     "tiny": ROOT / "specs" / "tiny.msl",
@@ -122,5 +124,5 @@ def load(folder: Path, module: str):
 
 def network_class(model, plan_doc: dict):
     """The network cell class of a loaded model.py (CamelCase of the model name)."""
-    name = "".join(part[:1].upper() + part[1:] for part in plan_doc["model"].split("_"))
+    name = camel(plan_doc["model"])
     return getattr(model, name)

@@ -8,7 +8,9 @@ streams are built with the tokenizer directly, document by document.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import os
 import signal
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from msgen.data.normalize import normalize
@@ -71,7 +73,7 @@ def test_normalize_changes_what_it_should(form, text, expected, changed):
 def test_windows_are_the_stream_cut_at_the_stride(docs, batches, length, overlap_fraction):
     overlap = int(overlap_fraction * length)
     packer = Packer(length, overlap)
-    out = [packer.add(docs[i::batches], eos=0) for i in range(batches)]
+    out = [packer.add([t for d in docs[i::batches] for t in [*d, 0]]) for i in range(batches)]
     windows = np.concatenate(out)
     order = [d for i in range(batches) for d in docs[i::batches]]
     stream = [t for d in order for t in [*d, 0]]  # EOS after every document
@@ -339,9 +341,10 @@ def test_invalid_utf8_is_counted_not_fatal(spec, tmp_path, tokenizer_file):
     args = ("data", spec, corpus, text, "--paragraphs", "--tokenizer", tokenizer_file, "-o", out)
     status, _, err = msgen(*args)
     assert status == 0, err
-    assert f"warning: {corpus}:4: byte {offset}: invalid UTF-8, document skipped" in err
-    assert f"warning: {corpus}:5: not JSON, document skipped" in err
-    assert f"warning: {text}:3: byte 13: invalid UTF-8, document skipped" in err
+    warn = "warning[MSL603]:"
+    assert f"{corpus}:4:1: {warn} invalid UTF-8 at byte {offset}, document skipped" in err
+    assert f"{corpus}:5:1: {warn} not JSON, document skipped" in err
+    assert f"{text}:3:1: {warn} invalid UTF-8 at byte 13, document skipped" in err
     meta = json.loads((out / "dataset.json").read_text())
     assert meta["counts"]["skipped"] == {"invalid UTF-8": 2, "not JSON": 1}
     assert meta["counts"]["documents"] == len(docs) + 2
@@ -440,16 +443,91 @@ def test_vocab_error_as_json(tmp_path, tokenizer_file):
     )
 
 
-def test_progress_line_on_a_terminal(capsys):
+def test_progress_line_gives_the_phase_total_and_time_left(capsys):
     from msgen.data.progress import Progress
 
-    progress = Progress("msgen data d", enabled=True)
-    progress.last -= 1  # as if the last redraw were a second ago
-    progress.update(3_000_000, 40)
+    progress = Progress("msgen data", total=10_000_000, enabled=True)
+    progress.phase("tokenizing")
+    progress.start -= 2  # two seconds into the phase
+    progress.last -= 1  # the last redraw a second ago
+    progress.update(4_000_000, 40, 1_000_000)
     progress.done()
     err = capsys.readouterr().err
-    assert "msgen data d: 3.0 MB, 40 documents (" in err and "MB/s" in err and "docs/s" in err
-    quiet = Progress("x", enabled=False)
+    # 4 MB in 2 s is 2 MB/s; the 6 MB to go take 3 s
+    line = "msgen data: tokenizing 4.0 of 10.0 MB (40%), 40 documents, 1.0 M tokens, 2.0 MB/s, 3 s left"
+    assert line in err
+    quiet = Progress("x", 10, enabled=False)
+    quiet.phase("tokenizing")
     quiet.last -= 1
     quiet.update(1, 1)
     assert capsys.readouterr().err == ""
+
+
+def test_progress_of_a_run_names_each_phase_and_the_input_size(spec, tmp_path):
+    from msgen.compiler import analyze
+    from msgen.data.command import DataOptions, data_command
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", english())
+    size = corpus.stat().st_size
+    options = DataOptions(
+        inputs=(corpus,), output=tmp_path / "d", train_tokenizer=True, progress=True
+    )
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        assert data_command(analyze(spec, []), options) == []
+    err = stderr.getvalue()
+    # read twice, once to train the tokenizer, once to write: each phase reads it all
+    total = f"of {size / 1e6:,.1f} MB"
+    assert f"msgen data: training the tokenizer on 0.0 {total} (0%)" in err
+    assert f"msgen data: tokenizing 0.0 {total} (0%)" in err
+    assert "msgen data: writing the index" in err
+
+
+# bounded reading ----------------------------------------------------------------
+
+
+@settings(deadline=None)  # a loaded machine
+@given(
+    text=st.text(st.sampled_from("ab \n\u00e9\u4f60\U0001f600"), max_size=300),
+    limit=st.integers(8, 40),
+    chunk=st.integers(1, 9),
+    paragraphs=st.booleans(),
+)
+def test_long_text_is_cut_into_documents_that_join_back(text, limit, chunk, paragraphs):
+    """Cut at MAX_DOCUMENT bytes (here a few), read CHUNK bytes at a time: the pieces
+    are whole UTF-8, each at most the limit, and together the text (the blank lines
+    between paragraphs aside)."""
+    from msgen.data import readers
+    from msgen.data.sources import Source
+
+    data = text.encode("utf-8")
+    old = readers.MAX_DOCUMENT, readers.CHUNK
+    readers.MAX_DOCUMENT, readers.CHUNK = limit, chunk
+    try:
+        docs = list(readers.read_text(Source(Path("t.txt"), "text", paragraphs=paragraphs),
+                                      io.BytesIO(data)))  # fmt: skip
+    finally:
+        readers.MAX_DOCUMENT, readers.CHUNK = old
+    assert all(isinstance(d, readers.Document) for d in docs)
+    assert all(len(d.text.encode("utf-8")) <= limit for d in docs)
+    if paragraphs:  # blank lines go: what is not white space stays, in order
+
+        def ink(s: str) -> str:
+            return s.replace(" ", "").replace("\n", "")
+
+        assert ink("".join(d.text for d in docs)) == ink(text)
+    else:
+        assert "".join(d.text for d in docs) == text
+
+
+@settings(deadline=None)
+@given(text=st.text(st.sampled_from("ab \n\u00e9"), max_size=2000), piece=st.integers(4, 64))
+def test_a_document_goes_to_the_tokenizer_in_pieces_that_join_back(text, piece):
+    from msgen.data import command
+
+    old, command.PIECE = command.PIECE, piece
+    try:
+        parts = list(command.pieces(text))
+    finally:
+        command.PIECE = old
+    assert "".join(parts) == text and all(len(p) <= piece for p in parts)

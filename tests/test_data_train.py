@@ -1,8 +1,8 @@
 """From raw text to a falling loss: `msgen data` trains a tokenizer on text nobody here
 wrote (CPython's help topics and the Chinese Vim tutor) and writes the dataset with a
-validation split; specs/tiny.msl (vocab 512) with that data line compiles, and its
-train.py checks and reads the MindRecord, trains 60 steps stand-alone on the CPU and
-reports the validation loss."""
+validation split; specs/tiny.msl (vocab 512) with the data line it prints pasted in
+compiles into generated/, and its train.py checks and reads the MindRecord, trains 60
+steps stand-alone on the CPU and reports the validation loss."""
 
 from __future__ import annotations
 
@@ -20,22 +20,21 @@ from tests.emit_fixtures import compile_spec
 STEPS = 60
 
 
-def test_text_to_a_falling_loss(tmp_path):
+def test_text_to_a_falling_loss(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # as a user runs it: relative paths, from one folder
     topics = tmp_path / "topics.txt"
     topics.write_text("\n\n".join(english()), encoding="utf-8")
-    data = tmp_path / "data"
-    data_line = (
-        '    data         = mindrecord("../../data/train.mindrecord", '
-        'valid = "../../data/valid.mindrecord")\n'
-    )
-    spec = write_spec(tmp_path / "spec", data_line)
+    spec = write_spec(tmp_path / "spec")
     status, stdout, err = msgen(
         "data", spec, topics, ZH, "--paragraphs", "--train-tokenizer", "--valid", "0.05",
-        "-o", data,
+        "-o", "data",
     )  # fmt: skip
     assert status == 0, err
-    assert 'valid = "' in stdout
-    meta = json.loads((data / "dataset.json").read_text())
+    # the line it prints, pasted as printed into the train block
+    (line,) = stdout.splitlines()
+    assert line.startswith("    data = mindrecord(") and 'valid = "' in line
+    spec = write_spec(tmp_path / "spec", f"    {line.strip()}\n")
+    meta = json.loads((tmp_path / "data" / "dataset.json").read_text())
     assert meta["counts"]["train"]["steps"] >= STEPS  # one pass covers the run
     assert meta["counts"]["normalized_characters"] > 100
 

@@ -262,10 +262,10 @@ def test_adamw_is_the_published_update():
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("missing", "no such data file (make it with msgen data)"),
+        ("missing", "no such data file (resolved from"),
         ("not_mindrecord", "is not a MindRecord file"),
         ("wrong_column", "has no int32 input_ids column (columns: ['ids'])"),
-        ("wrong_seq", "samples have 21 ids; the spec's seq + 1 is 33"),
+        ("wrong_seq", "sample 0 has 21 ids; the spec's seq + 1 is 33"),
         ("too_few", "holds 3 samples, fewer than the 8 of one step"),
         (
             "other_spec",

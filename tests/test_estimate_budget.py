@@ -82,7 +82,7 @@ def test_check_fails_then_passes_with_a_suggested_change(tmp_path, capsys):
 def test_mesh_what_if_rebatches_like_the_text_would(tmp_path):
     # dp 2 x tp 4 halves the batch; the variant re-derives the shapes lowering made
     result = analyze(SPECS / "gpt7b.msl")
-    settings = {"mesh": (2, 4, 1)}
+    settings = {"mesh.dp": 2, "mesh.tp": 4, "mesh.pp": 1}
     predicted = estimate_variant(result.spec, settings)
     sets = ["mesh.dp=2", "mesh.tp=4", "pipeline.micro_batches=128"]
     real = analyze(SPECS / "gpt7b.msl", sets)
@@ -92,10 +92,14 @@ def test_mesh_what_if_rebatches_like_the_text_would(tmp_path):
 
 def test_invalid_changes_are_not_suggested():
     result = checked(spec_text(dp=8))
-    assert estimate_variant(result.spec, {"mesh": (1, 8, 1)}) is None  # tp 8 > 4 heads
-    assert estimate_variant(result.spec, {"mesh": (1, 1, 8)}) is None  # 8 stages, 4 layers
-    assert estimate_variant(result.spec, {"mesh": (2, 4, 1)}) is not None
-    assert estimate_variant(result.spec, {"micro_batch": 3}) is None  # global batch 8
+    assert (
+        estimate_variant(result.spec, {"mesh.dp": 1, "mesh.tp": 8, "mesh.pp": 1}) is None
+    )  # tp 8 > 4 heads
+    assert (
+        estimate_variant(result.spec, {"mesh.dp": 1, "mesh.tp": 1, "mesh.pp": 8}) is None
+    )  # 8 stages, 4 layers
+    assert estimate_variant(result.spec, {"mesh.dp": 2, "mesh.tp": 4, "mesh.pp": 1}) is not None
+    assert estimate_variant(result.spec, {"train.micro_batch": 3}) is None  # global batch 8
 
 
 def test_when_nothing_fits_say_so():

@@ -135,13 +135,29 @@ def test_the_published_json_schema_is_the_models():
     assert SCHEMA.read_text(encoding="utf-8") == want
 
 
+def closed(schema):
+    """The schema with every object closed to keys it does not name, so a key the
+    output adds without the published schema saying so is an error too."""
+    if isinstance(schema, dict):
+        out = {k: closed(v) for k, v in schema.items()}
+        if "properties" in out:
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [closed(v) for v in schema]
+    return schema
+
+
 @pytest.mark.parametrize("spec", ["gpt7b.msl", "llama13b.msl", "validation/korthikanti22b.msl"])
-def test_json_output_validates_against_the_models(capsys, spec):
-    from msgen.estimate.output import EstimateReport
+def test_json_output_validates_against_the_published_schema(capsys, spec):
+    """Against docs/estimate.schema.json, the file users read, by a JSON Schema
+    validator: not against the models that produced the output."""
+    import jsonschema
 
     _, doc = as_json(capsys, str(SPECS / spec))
-    report = EstimateReport.model_validate(doc)
-    assert report.model_dump(mode="json") == doc  # every key, in the models and back
+    schema = closed(json.loads(SCHEMA.read_text(encoding="utf-8")))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(doc)
 
 
 @pytest.mark.parametrize("spec", ["gpt7b.msl", "llama13b.msl", "validation/gpt1t_4096.msl"])

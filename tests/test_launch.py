@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,12 @@ import pytest
 
 from msgen.emit.launch import (
     LaunchContext,
+    dryrun_script,
     msrun_script,
     rank_table_json,
     rank_table_script,
 )
+from tests.doctor_fakes import VENV_BIN, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = Path(__file__).resolve().parent / "expected" / "ranktables"
@@ -38,6 +41,9 @@ def make_ctx(nodes, per_node=8, device_ips=None, master_port=8118) -> LaunchCont
         device_ips=device_ips,
         master_port=master_port,
         world_size=len(nodes) * per_node,
+        spec_path="specs/gpt7b.msl",
+        spec_sha256="ab" * 32,
+        stage_ranks=(0,),
     )
 
 
@@ -115,7 +121,7 @@ def test_no_rank_table_without_device_ips():
 
 def test_context_rejects_inconsistent_sizes():
     with pytest.raises(ValueError, match="world size"):
-        LaunchContext("m", HEADER, TWO_NODES, 8, None, 8118, world_size=8)
+        LaunchContext("m", HEADER, TWO_NODES, 8, None, 8118, 8, "s.msl", "ab" * 32, (0,))
     with pytest.raises(ValueError, match="device_ips"):
         make_ctx(TWO_NODES, device_ips=(roce(0),))
     with pytest.raises(ValueError, match="device_ips"):
@@ -145,25 +151,27 @@ def test_output_is_the_same_whatever_the_hash_seed():
 # --- scripts: static checks ----------------------------------------------------
 
 SCRIPTS = {"msrun.sh": msrun_script, "rank_table.sh": rank_table_script}
+LINTED = {**SCRIPTS, "dryrun.sh": dryrun_script}
 NODE_COUNTS = {1: ("192.168.1.10",), 2: TWO_NODES}
 
 
 def script_text(name: str, node_count: int) -> str:
     nodes = NODE_COUNTS[node_count]
     ctx = make_ctx(nodes, device_ips=tuple(roce(n) for n in range(len(nodes))))
-    return SCRIPTS[name](ctx)
+    return LINTED[name](ctx)
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", LINTED)
 def test_script_starts_with_shebang_and_header(name):
     lines = script_text(name, 2).splitlines()
     assert lines[:3] == ["#!/usr/bin/env bash", *HEADER]
     assert "set -euo pipefail" in lines
-    assert "export HCCL_CONNECT_TIMEOUT=600" in lines
+    if name != "dryrun.sh":  # no communicator is built in the dry run
+        assert "export HCCL_CONNECT_TIMEOUT=600" in lines
 
 
 @pytest.mark.parametrize("node_count", NODE_COUNTS)
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", LINTED)
 def test_script_is_shellcheck_clean(name, node_count, tmp_path):
     if shutil.which("shellcheck") is None:
         pytest.skip("shellcheck is not installed, so the scripts were not linted")
@@ -174,7 +182,7 @@ def test_script_is_shellcheck_clean(name, node_count, tmp_path):
 
 
 @pytest.mark.parametrize("node_count", NODE_COUNTS)
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", LINTED)
 def test_script_parses(name, node_count, tmp_path):
     path = tmp_path / name
     path.write_text(script_text(name, node_count))
@@ -342,3 +350,109 @@ def test_leading_zeros_name_the_same_node(tmp_path):
     result, found, _, _ = run_script(tmp_path, "msrun.sh", "01")
     assert result.returncode == 0, result.stderr
     assert "--node_rank=1" in found["msrun"]["args"]
+
+
+# --- the doctor step ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compiled_tiny(tmp_path_factory) -> Path:
+    """specs/tiny.msl compiled as the README does: `msgen compile specs/tiny.msl -o
+    generated/` in a project folder; returns that folder."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "specs").mkdir()
+    for name in ("tiny.msl", "hccn.conf"):
+        shutil.copy(REPO / "specs" / name, root / "specs" / name)
+    subprocess.run(
+        [str(Path(VENV_BIN) / "msgen"), "compile", "specs/tiny.msl", "-o", "generated/"],
+        cwd=root, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return root
+
+
+def launch_checked(project: Path, tmp_path: Path, name: str, *args: str, msgen=True, env=()):
+    """launch/<name> 0 of the compiled tiny tree, run from a folder of its own, with a
+    fake msrun (and the real python) on PATH; returns the process and whether the fake
+    msrun was started."""
+    shutil.copytree(project, tmp_path / "project")
+    tree = tmp_path / "project" / "generated" / "tiny"
+    bin_dir, records, workdir = tmp_path / "bin", tmp_path / "records", tmp_path / "run"
+    for folder in (bin_dir, records, workdir):
+        folder.mkdir()
+    (bin_dir / "msrun").write_text(FAKE)
+    (bin_dir / "msrun").chmod(0o755)
+    path = [str(bin_dir)] + ([VENV_BIN] if msgen else []) + ["/usr/bin", "/bin"]
+    full_env = {**os.environ, "PATH": os.pathsep.join(path), "RECORD_DIR": str(records),
+                "MASTER_PORT": str(free_port()), **dict(env)}  # fmt: skip
+    for leaked in ("MSGEN_SKIP_DOCTOR", "MSGEN_SPEC", "MASTER_ADDR", "RANK_ID"):
+        if leaked not in dict(env):
+            full_env.pop(leaked, None)
+    result = subprocess.run(
+        ["bash", str(tree / "launch" / name), "0", *args],
+        cwd=workdir, env=full_env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return result, (records / "msrun").is_file() or any(records.iterdir())
+
+
+def test_doctor_runs_before_msrun(compiled_tiny, tmp_path):
+    result, started = launch_checked(compiled_tiny, tmp_path, "msrun.sh", "--steps", "1")
+    assert result.returncode == 0, result.stderr
+    assert "msgen doctor: " in result.stdout and "0 errors" in result.stdout
+    assert started
+
+
+@pytest.mark.parametrize("name", ["msrun.sh", "rank_table.sh"])
+def test_a_doctor_error_stops_the_launch(compiled_tiny, tmp_path, name):
+    port = free_port()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        result, started = launch_checked(
+            compiled_tiny, tmp_path, name, env={"MASTER_PORT": str(port)}
+        )
+    assert result.returncode == 1
+    assert f"master port {port} is in use" in result.stdout
+    assert "msgen doctor found errors" in result.stderr and "MSGEN_SKIP_DOCTOR=1" in result.stderr
+    assert not started
+
+
+def test_the_doctor_checks_the_output_train_py_gets(compiled_tiny, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    result, started = launch_checked(
+        compiled_tiny, tmp_path, "msrun.sh", "--output", str(tmp_path / "a_file")
+    )
+    assert result.returncode == 1 and not started
+    assert "is a file, not a folder" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "case, said",
+    [
+        ("skip", "msgen doctor skipped: MSGEN_SKIP_DOCTOR is set"),
+        ("no_msgen", "msgen doctor skipped: msgen is not installed on this host"),
+        ("edited_spec", "is not the spec this tree was compiled from"),
+        ("no_spec", "msgen doctor skipped: no spec at specs/tiny.msl (set MSGEN_SPEC)"),
+    ],
+)
+def test_the_launch_says_why_it_skips_the_doctor(compiled_tiny, tmp_path, case, said):
+    project = tmp_path / "src"
+    shutil.copytree(compiled_tiny, project)
+    if case == "edited_spec":
+        with (project / "specs" / "tiny.msl").open("a") as f:
+            f.write("# edited after compiling\n")
+    elif case == "no_spec":
+        (project / "specs" / "tiny.msl").unlink()
+    port = free_port()
+    env = {"MASTER_PORT": str(port)}
+    if case == "skip":
+        env["MSGEN_SKIP_DOCTOR"] = "1"
+    # the port is busy: a doctor that ran would stop the launch
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        result, started = launch_checked(
+            project, tmp_path / "t", "msrun.sh", msgen=case != "no_msgen", env=env
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert said in result.stderr
+    assert started

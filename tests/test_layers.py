@@ -14,7 +14,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "msgen"
 
 # The pipeline, bottom to top (shared/DESIGN.md "The pipeline").
 LAYERS = (
-    ("diagnostics", ("msgen", "msgen.diagnostics", "msgen.codes", "msgen.resources")),
+    (
+        "diagnostics",
+        ("msgen", "msgen.diagnostics", "msgen.codes", "msgen.resources", "msgen.hostinfo"),
+    ),
     ("syntax", ("msgen.syntax",)),
     ("ir", ("msgen.ir",)),
     ("ops", ("msgen.ops",)),
@@ -24,7 +27,10 @@ LAYERS = (
     ("estimate", ("msgen.estimate",)),
     ("compiler", ("msgen.compiler",)),
     ("emit", ("msgen.emit",)),
-    ("command", ("msgen.commands", "msgen.data", "msgen.cli")),
+    (
+        "command",
+        ("msgen.commands", "msgen.data", "msgen.doctor", "msgen.review", "msgen.hf", "msgen.cli"),
+    ),
 )
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from msgen.cli import EXIT_ERRORS, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,6 +184,14 @@ NOT_RUN = {
     "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/",
     "msgen data specs/gpt7b.msl corpus.jsonl --train-tokenizer --valid 0.01",
     "msgen data specs/gpt7b.msl shards/ --tokenizer gpt2/tokenizer.json --dedup -o data/gpt7b/",
+    # `msgen doctor` checks the host it runs on: this one is not gpt7b's node and has
+    # neither its NPUs nor its data, so it rightly exits 1; tests/test_doctor.py runs
+    # doctor on every spec here and on fake Ascend hosts.
+    "msgen doctor specs/gpt7b.msl",
+    "msgen doctor specs/gpt7b.msl [--node N] [--peers]",
+    "msgen doctor specs/gpt7b.msl --node 1 --peers",
+    "msgen doctor specs/gpt7b.msl --json",
+    "msgen doctor specs/gpt7b.msl --dryrun dry/",
 }
 # What the text next to a command says it prints (stdout + stderr), beyond exit 0.
 SAYS = {
@@ -193,6 +203,10 @@ SAYS = {
     "msgen explain --list": ["MSL203  "],
     "msgen check specs/*.msl": [],
     "msgen compile specs/gpt7b.msl -o generated/": ["generated/gpt7b: "],
+    "msgen plan specs/gpt7b.msl --set mesh.tp=4": ["dp 2 x tp 4 x pp 1"],
+    "msgen plan specs/gpt7b.msl --set cluster.devices=16": [
+        "note: --set keeps the global batch: dp 4 → 8, micro_batches 64 → 32"
+    ],
 }
 
 
@@ -232,6 +246,12 @@ def test_every_documented_command_runs_as_printed(tmp_path, monkeypatch):
 
     shutil.copytree(ROOT / "specs", tmp_path / "specs")
     shutil.copytree(ROOT / "generated", tmp_path / "generated")
+    # the Hugging Face models the docs import, as their published config.json
+    for folder, config in (("Qwen2-7B", "qwen2_7b"), ("Mistral-7B", "mistral_7b")):
+        (tmp_path / folder).mkdir()
+        shutil.copy(
+            ROOT / "tests" / "hf_configs" / f"{config}.json", tmp_path / folder / "config.json"
+        )
     monkeypatch.chdir(tmp_path)
     for command in documented_commands():
         if command in NOT_RUN:
@@ -299,3 +319,263 @@ def test_compile_refuses_a_second_spec_with_the_same_model_name(tmp_path, monkey
     assert (tmp_path / "out" / "tiny" / "manifest.json").read_text() == before
     # the same spec again is fine
     assert run("compile", "specs/tiny.msl", "-o", out)[0] == 0
+
+
+# `check` reports every mistake it can find --------------------------------------------
+
+CASES = ROOT / "tests" / "cases"
+
+
+def combined(*cases: str) -> str:
+    """base.msl with the edits of several golden cases (each one mistake) applied
+    together; the cases' first-line comments are left out."""
+    import difflib
+
+    base = (CASES / "base.msl").read_text(encoding="utf-8").splitlines(keepends=True)
+    edits = []
+    for case in cases:
+        spec = (CASES / case / "spec.msl").read_text(encoding="utf-8").splitlines(keepends=True)
+        ops = difflib.SequenceMatcher(a=base, b=spec, autojunk=False).get_opcodes()
+        edits += [(i1, i2, spec[j1:j2]) for tag, i1, i2, j1, j2 in ops if tag != "equal" and i1]
+    out = list(base)
+    for i1, i2, new in sorted(edits, key=lambda e: e[0], reverse=True):
+        out[i1:i2] = new
+    return "".join(out)
+
+
+def findings(path: Path) -> set[tuple[str, str]]:
+    code, _, err = run("check", "--error-format", "json", str(path))
+    import json
+
+    return {(d["code"], d["message"]) for d in map(json.loads, err.splitlines())}
+
+
+@pytest.mark.parametrize(
+    "first, later",
+    [
+        ("msl101_unknown_dim", "msl301_two_nodes"),  # a model typo; the cluster's own mistake
+        ("msl101_unknown_dim", "msl512_negative_loss_scale"),  # ...; a training setting's
+        ("msl309_hccn_missing", "msl117_add_shapes_disagree"),  # an unreadable hccn; shapes
+        ("msl104_unknown_key", "msl201_tp_does_not_divide_heads"),  # mesh key typo; sharding
+        ("msl505_lr_not_positive", "msl303_tp_spans_nodes"),  # train value; topology
+    ],
+)
+def test_check_reports_the_independent_mistakes_of_every_stage(first, later, tmp_path):
+    """Each golden case's findings, checked alone, are among those of the spec that
+    makes both mistakes: an earlier stage's error hides only what it makes meaningless."""
+    import shutil
+
+    for case in (first, later):
+        for extra in (CASES / case).glob("*.conf"):
+            shutil.copy(extra, tmp_path)
+    both = tmp_path / "both.msl"
+    both.write_text(combined(first, later), encoding="utf-8")
+    alone = findings(CASES / first / "spec.msl") | findings(CASES / later / "spec.msl")
+    assert alone <= findings(both), alone - findings(both)
+
+
+def test_check_says_when_it_stopped_early(tmp_path):
+    spec = tmp_path / "s.msl"
+    spec.write_text(combined("msl101_unknown_dim"), encoding="utf-8")
+    code, _, err = run("check", str(spec))
+    assert code == EXIT_ERRORS
+    # the model's dims feed every shape and the layer count the pipeline splits
+    assert err.endswith(
+        "note: stopped early; not checked until the errors above are fixed: names, shapes, "
+        "shardings, layouts, pipeline, memory budget\n"
+    )
+    # a syntax error leaves nothing to check; a clean spec, or JSON, gets no note
+    spec.write_text(combined("msl002_unclosed_string"), encoding="utf-8")
+    assert run("check", str(spec))[2].endswith(
+        "not checked until the errors above are fixed: the blocks' values, names, shapes, "
+        "shardings, layouts, topology, pipeline, training settings, memory budget\n"
+    )
+    assert "note:" not in run("check", "--error-format", "json", str(spec))[2]
+    assert run("check", str(CASES / "base.msl"))[2] == ""
+
+
+def test_a_value_computed_from_a_broken_dim_is_not_checked(tmp_path):
+    """A dim whose definition failed is left out quietly where it is used: a block that
+    uses it is not checked (its value is not the one written), so no made-up finding
+    such as `global_batch = 1` follows."""
+    text = (CASES / "base.msl").read_text(encoding="utf-8")
+    text = text.replace("    layers = 2\n", "    layers = 2\n    gb = 16 * hiden\n", 1)
+    text = re.sub(r"global_batch\s*=\s*\d+", "global_batch = gb", text)
+    spec = tmp_path / "s.msl"
+    spec.write_text(text, encoding="utf-8")
+    assert findings(spec) == {("MSL101", "unknown dim `hiden`")}
+    assert "training settings" in run("check", str(spec))[2].splitlines()[-1]
+
+
+# the docs a new user reads ----------------------------------------------------------
+
+
+def test_the_device_catalogue_in_the_docs_is_the_one_msgen_uses():
+    """docs/devices.md: a row per device of the catalogue, each figure the one the
+    estimate uses, and a source named for every device."""
+    from msgen.ir.devices import DEVICES
+
+    text = (ROOT / "docs" / "devices.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells[1:]
+    assert set(rows) == set(DEVICES)
+
+    def number(cell: str) -> float:
+        return float(re.search(r"[\d.]+", cell.replace(",", "")).group())
+
+    gib, tera, giga = 2**30, 1e12, 1e9
+    for name, d in DEVICES.items():
+        hbm, reserve, usable, peak, fp32, bandwidth, intra, inter = rows[name]
+        assert number(hbm) * gib == d.hbm_bytes, name
+        assert number(reserve) * gib == d.reserve_bytes, name
+        assert number(usable) * gib == d.usable_bytes, name
+        assert number(peak) * tera == d.peak_flops, name
+        assert number(fp32) * tera == d.matmul_flops["fp32"], name
+        assert number(bandwidth) * tera == pytest.approx(d.hbm_bandwidth), name
+        assert number(intra.split(",")[-1]) * giga == pytest.approx(d.intra.bandwidth), name
+        assert ("full mesh" in intra) == d.intra.full_mesh, name
+        assert number(inter.split(",")[-1]) * giga == pytest.approx(d.inter.bandwidth), name
+        assert f"**{name}**" in text, f"no sources given for {name}"
+
+
+def test_every_flag_of_train_py_is_in_the_readme():
+    """The flags of every committed train.py (what argparse declares), each a row of the
+    README's table, and no row for a flag train.py lacks."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = set(re.findall(r"^\| `(--[a-z-]+)", readme, re.MULTILINE))
+    for train in sorted((ROOT / "generated").glob("*/train.py")):
+        declared = set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', train.read_text()))
+        assert declared and declared == table, (train, declared ^ table)
+
+
+def llama_parameters(vocab, hidden, heads, kv_heads, ffn, layers) -> int:
+    """LLaMA's parameters from its definition (Touvron et al. 2023): per layer q, k, v and
+    o projections (k and v of kv_heads heads), gate, up and down, two RMSNorm gains; an
+    embedding, a final norm and an untied output layer."""
+    head_dim = hidden // heads
+    attention = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + hidden * hidden
+    per_layer = attention + 3 * hidden * ffn + 2 * hidden
+    return layers * per_layer + 2 * vocab * hidden + hidden
+
+
+def test_the_llama_example_says_how_many_parameters_it_has(tmp_path):
+    from tests.test_docs import examples
+
+    text = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    (spec,) = [s for _, s in examples() if "model llama7b" in s]
+    path = tmp_path / "llama7b.msl"
+    path.write_text(spec, encoding="utf-8")
+    code, out, err = run("estimate", str(path), "--json")
+    assert code == 0, err
+    import json
+
+    counted = json.loads(out)["params_total"]
+    assert counted == llama_parameters(32000, 4096, 32, 8, 11008, 32)
+    assert f"{counted:,} parameters ({counted / 1e9:.2f} B)" in " ".join(text.split())
+    # LLaMA-2-7B, published as 6.74 B (6,738,415,616), is the same with 32 k/v heads
+    llama2 = llama_parameters(32000, 4096, 32, 32, 11008, 32)
+    assert llama2 == 6_738_415_616 and f"{llama2:,} (6.74 B)" in " ".join(text.split())
+
+
+def test_the_readme_says_how_long_make_test_takes():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme[readme.index("## Quick start") : readme.index("## Commands")]
+    assert re.search(r"`make test` takes about \d+ minutes", quick)
+
+
+def test_git_ignores_the_data_the_readme_writes():
+    import subprocess
+
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/gpt7b/train.mindrecord"], cwd=ROOT)
+    assert ignored.returncode == 0  # what the README's `msgen data ... -o data/gpt7b/` writes
+    for source in ("msgen/data/command.py", "tests/data/vimtutor_zh_cn.txt"):
+        kept = subprocess.run(["git", "check-ignore", "-q", source], cwd=ROOT)
+        assert kept.returncode == 1, source  # msgen's own data package and fixtures
+
+
+@pytest.mark.parametrize("vocab, code", [(256, EXIT_ERRORS), (512, 0)])
+def test_the_readme_vocab_advice_for_train_tokenizer(vocab, code, tmp_path):
+    """The tiny specs' 256 is refused with MSL601; 512, the smallest the README
+    suggests, trains a tokenizer and packs the data."""
+    from tests.data_fixtures import english, write_spec
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`vocab = 256` is refused" in readme and "512 to 4,096 for a small test corpus" in readme
+    spec = write_spec(tmp_path / "spec", vocab=vocab)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(english()), encoding="utf-8")
+    status, _, err = run("data", str(spec), str(corpus), "--paragraphs", "--train-tokenizer",
+                         "-o", str(tmp_path / "data"))  # fmt: skip
+    assert status == code, err
+    assert ("error[MSL601]" in err) == (vocab == 256)
+
+
+def test_the_readme_plan_write_gives_a_spec_that_checks_estimates_and_compiles(
+    tmp_path, monkeypatch
+):
+    """`msgen plan specs/gpt7b.msl --write planned.msl`, as the README prints it, from the
+    top of a checkout: the spec lands in another folder than the one it came from and
+    still reads its hccn.conf, keeps the headroom (no MSL402), and compiles."""
+    import shutil
+
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    monkeypatch.chdir(tmp_path)
+    command = "msgen plan specs/gpt7b.msl --write planned.msl"
+    assert command in documented_commands()
+    code, _, err = run(*command.split()[1:])
+    assert code == 0, err
+    assert 'hccn("specs/hccn.conf")' in Path("planned.msl").read_text(encoding="utf-8")
+    for argv in (["check"], ["estimate"], ["compile", "-o", "generated/"]):
+        code, _, err = run(argv[0], "planned.msl", *argv[1:])
+        assert code == 0 and "warning" not in err and "error" not in err, (argv, err)
+
+
+@pytest.mark.slow
+def test_the_readme_path_from_text_to_a_training_run(tmp_path, monkeypatch):
+    """README, "From text to a training run", from the top of a checkout, as printed:
+    `msgen data SPEC corpus/ --train-tokenizer --valid 0.01 -o data/<model>/`, the line
+    it prints last pasted into the spec's `train` block, `msgen compile SPEC -o
+    generated/`, and `python train.py --standalone --steps 2` in generated/<model>/ on
+    that data (specs/tiny.msl with vocab 512, the smallest the README suggests)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.data_fixtures import english
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    steps = readme[readme.index("## From text to a training run") :]
+    step1 = "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/"
+    assert step1 in steps and "msgen compile specs/gpt7b.msl -o generated/" in steps
+    assert "Put the line it prints last in the spec's `train` block" in steps
+    shutil.copytree(ROOT / "specs", tmp_path / "specs")
+    monkeypatch.chdir(tmp_path)
+    spec = Path("specs/tiny.msl")
+    spec.write_text(spec.read_text(encoding="utf-8").replace("vocab  = 256", "vocab  = 512"))
+    Path("corpus").mkdir()
+    Path("corpus/topics.txt").write_text("\n\n".join(english()), encoding="utf-8")
+    argv = step1.replace("gpt7b", "tiny").split()[1:]
+    code, out, err = run(*argv, "--paragraphs")  # one document per help topic
+    assert code == 0, err
+    line = out.strip().splitlines()[-1].strip()  # the data line; the words go to stderr
+    assert line.startswith("data = mindrecord(") and "valid = " in line, line
+    text = spec.read_text(encoding="utf-8")
+    last = "    seed         = 1234          # no data: only --synthetic runs\n"
+    spec.write_text(text.replace(last, last + f"    {line}\n"), encoding="utf-8")
+    code, _, err = run("compile", "specs/tiny.msl", "-o", "generated/")
+    assert code == 0, err
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--standalone", "--steps", "2"],
+        cwd="generated/tiny",
+        env={**os.environ, "GLOG_v": "3"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    log = Path("generated/tiny/output/rank_0/log.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in log[1:]] == ["1", "2"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from msgen.checks.reserved import camel
 from tests.emit_fixtures import ROOT, compiled, load, network_class
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "generated").glob("*/train.py"))
@@ -333,7 +334,7 @@ def rule_lazy_inline_on_ascend(folder: Path) -> list[str]:
     (graph/lazy_inline.py docstring), and never on the CPU, which cannot run it."""
     doc = plan_of(folder)
     module = ast.parse((folder / "model.py").read_text())
-    name = "".join(part[:1].upper() + part[1:] for part in doc["model"].split("_"))
+    name = camel(doc["model"])
     decorated = {
         node.name
         for node in ast.walk(module)

@@ -93,7 +93,7 @@ def test_internal_error_exits_70(monkeypatch, capsys, tmp_path):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("msgen.compiler.run_checks", broken)
+    monkeypatch.setattr("msgen.compiler.checked", broken)
     monkeypatch.chdir(CASES / WARNED)
     assert cli.main(["check", "spec.msl"]) == 70
     err = capsys.readouterr().err

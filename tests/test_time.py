@@ -1,6 +1,8 @@
-"""The step-time model: within 5% of the published runs it is calibrated and
-checked on (specs/validation/published.json), and the properties any step-time
-model must have."""
+"""The step-time model against published runs (specs/validation/published.json):
+the runs marked `fit` are what the fitted parameters of the device catalogue were
+fitted on, so their residuals say how well the model can match, not that it
+predicts; the runs marked `check` were not fitted on and say how well it predicts.
+Then the properties any step-time model must have."""
 
 from __future__ import annotations
 
@@ -27,10 +29,7 @@ def timed(result):
     return step_time(plan, estimate(plan))
 
 
-@pytest.mark.parametrize(
-    "run", PUBLISHED, ids=[f"{r['spec']}{''.join(r['set'])}:{r['source'][-30:]}" for r in PUBLISHED]
-)
-def test_within_five_percent_of_published_runs(run):
+def within_five_percent(run):
     t = timed(analyze(VALIDATION / run["spec"], run["set"]))
     (layer,) = t.layers
     got = {"layer_forward": layer.forward_s, "layer_backward": layer.backward_s, "step": t.step_s}
@@ -39,11 +38,26 @@ def test_within_five_percent_of_published_runs(run):
             assert got[measure] == pytest.approx(run[measure], rel=0.05), (measure, run["source"])
 
 
-def test_published_tokens_per_second_follow_from_the_step():
-    # the README's tokens/s per NPU is global_batch * seq / step / 8, and so is ours
-    t = timed(analyze(VALIDATION / "llama2_7b_mindspeed.msl"))
-    assert t.tokens_per_s_per_device == pytest.approx(256 * 4096 / t.step_s / 8)
-    assert t.tokens_per_s_per_device == pytest.approx(4241, rel=0.05)
+def runs(role):
+    chosen = [r for r in PUBLISHED if r["role"] == role]
+    ids = [f"{r['spec']}{''.join(r['set'])}:{r['source'][-30:]}" for r in chosen]
+    return pytest.mark.parametrize("run", chosen, ids=ids)
+
+
+@runs("fit")
+def test_fit_residuals_within_five_percent(run):
+    within_five_percent(run)
+
+
+@runs("check")
+def test_checked_runs_within_five_percent(run):
+    within_five_percent(run)
+
+
+def test_tokens_per_second_of_a_checked_run():
+    # MindFormers publishes 4,160 tokens/s per NPU for this run, which is not fitted on
+    t = timed(analyze(VALIDATION / "llama2_7b_mindformers.msl"))
+    assert t.tokens_per_s_per_device == pytest.approx(4160, rel=0.05)
 
 
 def test_stage_terms_add_up_and_the_slowest_sets_the_step():

@@ -29,6 +29,8 @@ import argparse
 import csv
 import json
 import math
+import os
+import sys
 import time
 from fnmatch import fnmatch
 from pathlib import Path
@@ -70,6 +72,7 @@ NO_WEIGHT_DECAY = ["decoder.*.n1.gamma", "decoder.*.n2.gamma", "norm.gamma"]
 GRAD_CLIP = 1.0
 CHECKPOINT_EVERY = 20
 CHECKPOINT_KEEP = 2
+INIT_FILE = "model.ckpt"  # the weights `msgen ckpt from-hf` writes, for --init-from
 LOG_EVERY = 10
 LOG_FIELDS = (
     "step",
@@ -404,6 +407,31 @@ def own_state(state, sliced):
     return {name: p for name, p in state.items() if p.sliced and not p.has_init}
 
 
+def init_weights(path, network, distributed):
+    """--init-from: the network's weights from `path`, by parameter path and shape; the
+    optimizer moments stay zero and the step 0 (a new run from these weights)."""
+    params = {p.name: p for p in network.get_parameters()}
+    if distributed and any(p.sliced for p in params.values()):
+        fail(
+            "--init-from loads whole weights: this mesh slices them; run it stand-alone "
+            "or on a data-parallel mesh"
+        )
+    try:
+        saved = ms.load_checkpoint(str(path))
+    except (ValueError, RuntimeError, OSError) as exc:
+        fail(f"--init-from: cannot read {path}: {exc}")
+    missing = sorted(set(params) - set(saved))
+    if missing:
+        fail(f"--init-from: {path} lacks {missing[:5]} (converted for another spec?)")
+    for name, p in params.items():
+        if tuple(saved[name].shape) != tuple(p.shape):
+            fail(
+                f"--init-from: {name} is {list(saved[name].shape)} in {path}, "
+                f"{list(p.shape)} here"
+            )
+        p.set_data(saved[name].astype(p.dtype))
+
+
 def save(folder, step, state):
     path = folder / f"step_{step:08d}.ckpt"
     # Each rank saves its own slices (no gather), next to its log.
@@ -413,22 +441,24 @@ def save(folder, step, state):
         integrated_save=False,
         append_dict={"step": step},
     )
-    for old in sorted(folder.glob("step_*.ckpt"))[:-CHECKPOINT_KEEP]:
+    # Keep the newest CHECKPOINT_KEEP by step among this run's: this one and those
+    # before it. A later step's file is no part of this run (one --resume passed over
+    # as damaged) and stays.
+    before = [old for saved_at, old in checkpoints(folder) if saved_at < step]
+    for old in before[: max(len(before) - (CHECKPOINT_KEEP - 1), 0)]:
         old.unlink()
 
 
-def restore(folder, state):
-    """Load the newest checkpoint in `folder` into `state`; returns its step."""
-    paths = sorted(folder.glob("step_*.ckpt"))
-    if not paths:
-        raise SystemExit(f"--resume: no checkpoint in {folder}")
-    saved = ms.load_checkpoint(str(paths[-1]))
+def restore(folder, state, chosen=None):
+    """Load `chosen` (step, path, saved parameters), by default the newest checkpoint
+    in `folder` that loads, into `state`; returns its step."""
+    step, path, saved = chosen or choose_checkpoint(folder)
     missing = sorted(set(state) - set(saved))
     if missing:
-        raise SystemExit(f"--resume: {paths[-1]} lacks {missing[:5]}")
+        fail(f"--resume: {path} lacks {missing[:5]} (saved from another spec or mesh?)")
     for name, p in state.items():
         p.set_data(saved[name])
-    return int(saved["step"].asnumpy())
+    return step
 
 
 def write_rehearsal(path, step_cell):
@@ -441,6 +471,109 @@ def write_rehearsal(path, step_cell):
     parameters = {p.name: list(p.shape) for p in step_cell.get_parameters()}
     doc = {"cells": cells, "parameters": parameters}
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+# What makes a rank's folder hold a run: a run never starts over one unless told
+# (--resume continues it, --overwrite removes these first).
+RUN_FILES = ("log.csv", "step_*.ckpt")
+
+
+def checkpoints(folder):
+    """(step, path) of each step_<N>.ckpt in `folder`, by step."""
+    found = []
+    for path in folder.glob("step_*.ckpt"):
+        digits = path.name[len("step_") : -len(".ckpt")]
+        if digits.isdigit():
+            found.append((int(digits), path))
+    return sorted(found)
+
+
+def prepare_output(args, rank):
+    """This rank's folder, before anything is built: made if need be; one that
+    already holds a run is refused unless --resume or --overwrite (which removes
+    the run's files, saying so)."""
+    folder = args.output / f"rank_{rank}"
+    for path in (args.output, folder):
+        if path.exists() and not path.is_dir():
+            fail(f"--output {args.output}: {path} is not a folder")
+    found = sorted(p for pattern in RUN_FILES for p in folder.glob(pattern))
+    if found and not (args.resume or args.overwrite):
+        names = ", ".join(p.name for p in found[:3]) + ", ..." * (len(found) > 3)
+        fail(
+            f"{folder} already holds a run ({names}): --resume continues it, "
+            "--overwrite starts anew (removing them), or choose another --output"
+        )
+    if found and args.overwrite:
+        print(
+            f"rank {rank}: --overwrite: removing {len(found)} files of the run in "
+            f"{folder}: {', '.join(p.name for p in found)}",
+            flush=True,
+        )
+        for path in found:
+            path.unlink()
+    if not args.resume:  # a folder to resume in is there, or choose_checkpoint says so
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(f"--output {args.output}: cannot make {folder}: {exc.strerror}")
+    return folder
+
+
+def check_log(path):
+    """The log.csv --resume cuts back and continues: one train.py wrote."""
+    if not path.exists():
+        return
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        fail(f"{path} cannot be read ({exc}); move it away to resume without it")
+    header = rows[0] if rows else []
+    if not {"step", "skipped"} <= set(header) or not set(header) <= set(LOG_FIELDS):
+        fail(
+            f"{path}: its header is not a log.csv train.py wrote ({','.join(header)[:80]}); "
+            "move it away to resume without it"
+        )
+    columns = {name: at for at, name in enumerate(header)}
+    for line, row in enumerate(rows[1:], 2):
+        for name in ("step", "skipped"):
+            value = row[columns[name]] if columns[name] < len(row) else None
+            partial = line == len(rows) and name == "skipped"  # cut off by a kill
+            if not (value or "").isdigit() and not partial:
+                fail(
+                    f"{path}: line {line}: {name} is {value!r}, not a whole number "
+                    "(not a log.csv train.py wrote; move it away to resume without it)"
+                )
+
+
+def choose_checkpoint(folder):
+    """For --resume, before anything is built: the log checked, and the newest
+    checkpoint that loads and records its step, passing over damaged ones (saying
+    so). Returns (step, path, saved parameters)."""
+    found = checkpoints(folder) if folder.is_dir() else []
+    if not found:
+        fail(
+            f"--resume: nothing to resume in {folder} (no step_<N>.ckpt); "
+            "run without --resume to start"
+        )
+    check_log(folder / "log.csv")
+    passed = []
+    for _, path in reversed(found):
+        try:
+            saved = ms.load_checkpoint(str(path))
+        except Exception:  # MindSpore raises several kinds for a damaged file
+            passed.append(f"{path.name} is damaged (MindSpore cannot read it)")
+            continue
+        if "step" not in saved:
+            passed.append(f"{path.name} has no step")
+            continue
+        if passed:
+            print(
+                f"--resume: {'; '.join(passed)}: resuming from {path.name} instead",
+                flush=True,
+            )
+        return int(saved["step"].asnumpy()), path, saved
+    fail(f"--resume: no checkpoint in {folder} to resume from: {'; '.join(passed)}")
 
 
 def open_log(path, resumed_at):
@@ -459,8 +592,51 @@ def open_log(path, resumed_at):
     return log_file, sum(int(row["skipped"]) for row in kept)
 
 
+def fail(message):
+    """Stop before anything more is done: one line on stderr, exit 2."""
+    print(f"train.py: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's, but a usage mistake is one line like the run's other errors."""
+
+    def error(self, message):
+        fail(f"{message} (see --help)")
+
+
+def at_least(low):
+    """An argparse type: a whole number, `low` or more."""
+
+    def whole(text):
+        try:
+            value = int(text)
+        except ValueError:
+            message = f"{text!r} is not a whole number"
+            raise argparse.ArgumentTypeError(message) from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is less than {low}")
+        return value
+
+    return whole
+
+
+def launched():
+    """Whether a launcher started this process. init() needs one: msrun (and a
+    dynamic cluster) sets MS_ROLE, mpirun OMPI_COMMAND and PMIX_RANK, a rank table
+    launch RANK_TABLE_FILE (mindspore/communication/management.py, _host_distribute
+    and _check_parallel_envs)."""
+    env = os.environ
+    return bool(
+        env.get("MS_ROLE")
+        or (env.get("OMPI_COMMAND") and env.get("PMIX_RANK"))
+        or env.get("RANK_TABLE_FILE")
+        or env.get("MINDSPORE_HCCL_CONFIG_PATH")
+    )
+
+
 def parse_args():
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -470,15 +646,40 @@ def parse_args():
         "--synthetic", action="store_true", help="cycle a small fixed set of sequences"
     )
     parser.add_argument(
-        "--steps", type=int, default=STEPS, help="stop once this many steps are done"
+        "--steps",
+        type=at_least(1),
+        default=STEPS,
+        help="stop once this many steps are done",
     )
-    parser.add_argument("--output", type=Path, default=Path("output"))
     parser.add_argument(
+        "--output",
+        type=Path,
+        default=Path("output"),
+        help="each rank writes OUTPUT/rank_<rank>/ (default: output)",
+    )
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument(
         "--resume", action="store_true", help="continue from the newest checkpoint"
+    )
+    again.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start anew where a run is: its checkpoints and log.csv are removed",
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="DIR",
+        help="start from the weights in DIR/model.ckpt (msgen ckpt from-hf writes it)",
+    )
+    parser.add_argument(
+        "--dryrun",
+        action="store_true",
+        help="MindSpore's dry run: compile, run one step, exit (with --synthetic)",
     )
     parser.add_argument(
         "--profile",
-        type=int,
+        type=at_least(0),
         default=0,
         metavar="N",
         help="profile N steps after the first",
@@ -491,13 +692,39 @@ def parse_args():
     args = parser.parse_args()
     if args.rehearse and args.standalone:
         parser.error("--rehearse and --standalone exclude each other")
+    if args.init_from and args.resume:
+        fail(
+            "--init-from starts a new run from weights; --resume continues one: pick one"
+        )
+    if args.init_from and not (args.init_from / INIT_FILE).is_file():
+        fail(
+            f"--init-from: no {args.init_from / INIT_FILE} (write it with msgen ckpt from-hf)"
+        )
+    if not (args.standalone or args.rehearse) and not launched():
+        fail(
+            "no launcher started this process: run launch/msrun.sh NODE_RANK on each node "
+            "(one process per device), or add --standalone for one process"
+        )
     return args
 
 
 def main():
     args = parse_args()
+    # At once, before the slow parts: what the run does, on how many processes, where.
+    rank_folder = "rank_0" if args.standalone else "rank_<rank>"
+    print(
+        f"train.py: {'resuming' if args.resume else 'training'} tiny_llama to step {args.steps}"
+        f" on {'synthetic data' if args.synthetic else DATA or 'no data'}; "
+        + (
+            f"world size 1 (--standalone: the dp {DP} x tp {TP} x pp {PP} mesh in one process)"
+            if args.standalone
+            else f"world size {DP * TP * PP} (dp {DP} x tp {TP} x pp {PP})"
+        )
+        + f"; writing {args.output.absolute() / rank_folder}",
+        flush=True,
+    )
     if not args.synthetic:
-        raise SystemExit("the spec names no data: run with --synthetic")
+        fail("the spec names no data: run with --synthetic")
     batches = synthetic_batches
     ms.set_context(mode=ms.GRAPH_MODE)
     if args.rehearse:
@@ -521,8 +748,13 @@ def main():
     prints = rank == (PP - 1) * DP * TP or not distributed
     # One seed everywhere: replicas start from the same weights.
     ms.set_seed(SEED)
-    folder = args.output / f"rank_{rank}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = prepare_output(args, rank)
+    chosen = choose_checkpoint(folder) if args.resume else None
+    if chosen and chosen[0] >= args.steps:
+        fail(
+            f"--resume: {chosen[1]} is at step {chosen[0]}, "
+            f"and --steps {args.steps} leaves no step to run"
+        )
 
     built = build(distributed, args.rehearse)
     network, optimizer, step_cell = built.network, built.optimizer, built.step_cell
@@ -539,12 +771,28 @@ def main():
     state = state_parameters(network, optimizer)
     # Compile first: under semi-auto parallel the parameters take their slice shapes then.
     ids = Tensor(np.zeros((STEP_ROWS // shards, SEQ), np.int32))
+    if prints:
+        print("compiling the step graph (the first run takes longest) ...", flush=True)
+    compile_began = time.perf_counter()
     step_cell.compile(ids, ids)
+    if prints:
+        print(f"compiled in {time.perf_counter() - compile_began:.1f} s", flush=True)
     state = own_state(state, sliced=distributed)
     if args.rehearse:
         write_rehearsal(folder / "rehearsal.json", step_cell)
 
-    start = restore(folder, state) if args.resume else 0
+    if args.dryrun:
+        # MindSpore's dry run (launch/dryrun.sh: msrun --sim_level 1 --sim_rank_id R):
+        # the devices are simulated, so their values mean nothing and are never read;
+        # compiling and one step are what report this rank's peak memory.
+        tokens, labels = next(batches(shards, shard, 0))
+        step_cell(Tensor(tokens), Tensor(labels))
+        print(f"rank {rank}: dry run compiled and ran one step", flush=True)
+        return
+
+    start = restore(folder, state, chosen) if args.resume else 0
+    if args.init_from:
+        init_weights(args.init_from / INIT_FILE, network, distributed)
     data = batches(shards, shard, start)
     print(
         f"rank {rank}: steps {start} -> {args.steps}, {STEP_ROWS} sequences of {SEQ} tokens per step",
@@ -598,7 +846,7 @@ def main():
             log_file.flush()
             if prints and (step % LOG_EVERY == 0 or step == start + 1):
                 print(
-                    f"step {step}: loss {loss:.4f}, lr {lr:.3g}, grad_norm {norm:.3g}, loss scale {loss_scale:g}, "
+                    f"step {step}/{args.steps}: loss {loss:.4f}, lr {lr:.3g}, grad_norm {norm:.3g}, loss scale {loss_scale:g}, "
                     f"{tokens_per_s / world:.0f} tokens/s per device, MFU {mfu:.1%}, {skipped_total} skipped",
                     flush=True,
                 )

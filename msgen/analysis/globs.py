@@ -172,3 +172,9 @@ def glob_runs(
         for first in DIGITS if digits == 1 else DIGITS[1:]:
             visit(first, digits - 1)
     return out
+
+
+def matches_some(glob: str, before: str, after: str, count: int) -> bool:
+    """Whether `glob` matches the path `before + str(i) + after` of some copy
+    i < count: exactly the copies glob_runs gives the glob's fusion id."""
+    return any(group == 0 for _, _, group in glob_runs([[glob]], before, after, count))

@@ -78,7 +78,7 @@ def infer_shapes(spec: Spec, facts: Facts) -> list[Diagnostic]:
                 try:
                     shape = OPS[node.kind].shape(node, operands, ctx)
                     for pname, pshape in OPS[node.kind].param_shapes(node, operands, ctx).items():
-                        if node.kind == "embedding":
+                        if OPS[node.kind].tieable:
                             tied[node.name] = Param(pname, pshape, ())
                 except OpError as exc:
                     diags.append(op_error(exc, node))
@@ -167,10 +167,9 @@ def infer_layouts(spec: Spec, facts: Facts) -> list[Diagnostic]:
                     continue
                 of.layout = layout
                 needed = layout.inputs
-                itemsize = 4 if node.kind == "cross_entropy" else item
-                out = Tensor(shape, layout.output, itemsize)
+                out = Tensor(shape, layout.output, opdef.output_itemsize or item)
                 for p in layout.params:
-                    if node.kind == "embedding":
+                    if opdef.tieable:
                         tied[node.name] = p
             of.output = out
             gf.tensors[node.name] = out

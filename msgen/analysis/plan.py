@@ -95,7 +95,7 @@ class Plan:
 
     @property
     def total_layers(self) -> int:
-        return sum(r.count for r in self.repeats)
+        return self.spec.network.total_layers
 
     @cached_property
     def stage_split(self) -> tuple[int, ...]:

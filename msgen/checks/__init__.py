@@ -4,6 +4,10 @@ names -> shapes -> sharding build on one another (a pass runs only when those
 before it found no error); topology, pipeline and train stand alone. The budget
 pass is the estimate's (msgen.estimate.budget): msgen.compiler runs it after
 these, and the what-ifs run these passes again on each changed spec.
+
+A spec whose lowering reported errors is still checked where the errors do not
+reach: a pass runs when none of the blocks it reads had one (`check` promises
+every mistake it can find), and says which passes it left out.
 """
 
 from __future__ import annotations
@@ -22,18 +26,43 @@ GRAPH_STAGES = (
     (sharding.declared,),
     (graph.infer_layouts, sharding.run),
 )
+STAGE_NAMES = ("names", "shapes", "shardings", "layouts")
 INDEPENDENT_PASSES = (topology, pipeline, train, evaluation)
+# The blocks each pass reads (`layer`: any layer block).
+GRAPH_READS = frozenset({"model", "layer", "network", "mesh", "train", "recompute"})
+READS = {
+    topology: frozenset({"cluster", "mesh"}),
+    pipeline: frozenset({"pipeline", "mesh", "network", "model", "train"}),
+    train: frozenset({"train", "mesh", "pipeline", "fusion"}),
+    evaluation: frozenset({"train", "mesh"}),
+}
 
 
 def run_checks(spec: Spec) -> tuple[Facts, list[Diagnostic]]:
     """Run every pass in order."""
+    facts, diags, _ = checked(spec)
+    return facts, diags
+
+
+def checked(
+    spec: Spec, broken: frozenset[str] = frozenset()
+) -> tuple[Facts, list[Diagnostic], list[str]]:
+    """Run the passes that read none of the `broken` blocks; also the names of those
+    left out (a graph stage after one with errors included)."""
     facts = Facts()
     diags: list[Diagnostic] = []
-    for stage in GRAPH_STAGES:
+    skipped: list[str] = []
+    failed = bool(broken & GRAPH_READS)
+    for name, stage in zip(STAGE_NAMES, GRAPH_STAGES, strict=True):
+        if failed:
+            skipped.append(name)
+            continue
         found = [d for step in stage for d in step(spec, facts)]
         diags += found
-        if has_errors(found):
-            break
+        failed = has_errors(found)
     for check in INDEPENDENT_PASSES:
+        if broken & READS[check]:
+            skipped.append(check.__name__.rpartition(".")[2])
+            continue
         diags += check.run(spec, facts)
-    return facts, diags
+    return facts, diags, skipped

@@ -14,10 +14,6 @@ from msgen.ir.models import Spec
 from msgen.ir.schema import Schedule
 
 
-def total_layers(spec: Spec) -> int:
-    return sum(op.args.get("count", 0) for op in spec.network.ops if op.kind == "repeat")
-
-
 def fmt_list(items) -> str:
     return "[" + ", ".join(str(i) for i in items) + "]"
 
@@ -153,5 +149,5 @@ def check_micro_batches(spec: Spec) -> list[Diagnostic]:
 
 
 def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
-    layers = total_layers(spec)
+    layers = spec.network.total_layers
     return check_split(spec, layers) + check_schedule(spec, layers) + check_micro_batches(spec)

@@ -144,8 +144,9 @@ class _Divisibility:
         dims = [self.spec.model.dims[k] for k in watched]
         others = devices // max(1, mesh.pp)
         # candidates divide the devices and every watched dim: their gcd, whose
-        # divisors are few (never count up to a device count near 2^40)
-        g = gcd(others, *dims)
+        # divisors are few (never count up to a device count near 2^40); none when
+        # pp alone is more than the devices (gcd(0, ...) would be the dims')
+        g = gcd(others, *dims) if others else 1
         good = [t for t in range(2, min(g, 4096) + 1) if g % t == 0]
         names = ", ".join(f"{k} ({self.spec.model.dims[k]})" for k in watched)
         tries = [self.meshing(axis, t, others) for t in good]
@@ -210,7 +211,7 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
                 for p in of.layout.params:
                     span = node.param_shardings.get(p.name, node).span
                     divisibility.check(f"{node.name}.{p.name}", p.shape, p.split, span)
-                    if node.kind == "embedding":
+                    if OPS[node.kind].tieable:
                         tied[node.name] = p
                 for what, n, axes in OPS[node.kind].divisible(node, of.layout, op_ctx):
                     divisibility.check(what, (n,), (axes,), node.span)

@@ -76,10 +76,6 @@ def factorizations(devices: int, spec: Spec, layers: int) -> list[tuple[int, int
     return sorted(out, key=distance)
 
 
-def total_layers(spec: Spec) -> int:
-    return sum(op.args.get("count", 0) for op in spec.network.ops if op.kind == "repeat")
-
-
 def check_mesh(spec: Spec) -> list[Diagnostic]:
     mesh, cluster = spec.mesh, spec.cluster
     diags: list[Diagnostic] = []
@@ -87,7 +83,7 @@ def check_mesh(spec: Spec) -> list[Diagnostic]:
     devices = nodes * cluster.per_node
     if mesh.devices != devices:
         node_word = "node" if nodes == 1 else "nodes"
-        tries = factorizations(devices, spec, total_layers(spec))[:3]
+        tries = factorizations(devices, spec, spec.network.total_layers)[:3]
         if devices == 0:
             hint = "list the nodes' addresses in `cluster.nodes`"
         elif tries:

@@ -7,9 +7,9 @@ clipping, and the fusion groups (buckets, patterns that match no parameter, what
 from __future__ import annotations
 
 import fnmatch
-import re
 
 from msgen.analysis.facts import Facts
+from msgen.analysis.globs import matches_some
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
 from msgen.ir.models import Call, Spec
 from msgen.ir.schema import OPTIMIZERS, REQUIRED, SCHEDULES, FusionKind, LossScale
@@ -42,10 +42,6 @@ def fmt_num(v) -> str:
         return str(v)
     text = f"{v:g}"
     return text if any(c in text for c in ".einf") else text + ".0"
-
-
-def total_layers(spec: Spec) -> int:
-    return sum(op.args.get("count", 0) for op in spec.network.ops if op.kind == "repeat")
 
 
 # batch ------------------------------------------------------------------------
@@ -307,7 +303,7 @@ def check_settings(spec: Spec) -> list[Diagnostic]:
 
 
 def check_buckets(spec: Spec) -> list[Diagnostic]:
-    layers = total_layers(spec)
+    layers = spec.network.total_layers
     diags = []
     for group in spec.fusion:
         if group.buckets > 1 and group.buckets > layers:
@@ -396,31 +392,17 @@ def parameter_paths(facts: Facts, spec: Spec):
     return network, layers
 
 
-def sample_indices(count: int, pattern: str) -> list[int]:
-    """Copy indices standing for all `count` copies when matching `pattern`: the
-    first ones, the last, powers of ten, and each number the pattern spells with
-    the ends of the ranges it starts (`12?` and `12*` may mean 120..129, 1200..1299)."""
-    picks = set(range(min(count, 64))) | {count - 1}
-    digits = len(str(count))
-    for k in range(1, digits + 1):
-        picks |= {10**k - 1, 10**k, 2 * 10**k - 1}
-    for run in re.findall(r"\d+", pattern):
-        n = int(run)
-        for k in range(0, digits - len(run) + 1):
-            picks |= {n * 10**k, n * 10**k + 10**k - 1}
-    return sorted(i for i in picks if i < count)
-
-
 def matches_any(pattern: str, paths) -> bool:
+    """Whether the glob matches some parameter path: every copy's, exactly, as the
+    plan assigns fusion ids (msgen.analysis.globs), never a sample of them."""
     network, layers = paths
-    regex = re.compile(fnmatch.translate(pattern))
-    if any(regex.match(p) for p in network):
+    if any(fnmatch.fnmatchcase(p, pattern) for p in network):
         return True
-    for layer, count, suffixes in layers:
-        for i in sample_indices(count, pattern):
-            if any(regex.match(f"{layer}.{i}.{s}") for s in suffixes):
-                return True
-    return False
+    return any(
+        matches_some(pattern, f"{layer}.", f".{s}", count)
+        for layer, count, suffixes in layers
+        for s in suffixes
+    )
 
 
 def check_patterns(spec: Spec, facts: Facts) -> list[Diagnostic]:

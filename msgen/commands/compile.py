@@ -68,7 +68,8 @@ def compile_command(result, options: CompileOptions) -> int:
         return EXIT_USAGE
     except InTheWay as exc:
         sys.stderr.write(
-            f"msgen: error: cannot write {label}: {label}/{exc.rel} {exc.why}\n"
+            f"msgen: error: cannot write {label}: "
+            f"{label if exc.rel == '.' else f'{label}/{exc.rel}'} {exc.why}\n"
             "  = hint: move it away; nothing was written\n"
         )
         return EXIT_USAGE

@@ -62,20 +62,22 @@ def write_file(path: Path, text: str) -> None:
 
 
 @contextmanager
-def interrupts_deferred():
-    """Ctrl-C while files are switched into place takes effect after they are."""
+def interrupts_deferred(signals=(signal.SIGINT,)):
+    """Ctrl-C (or any of `signals`) while files are switched into place takes effect
+    after they are."""
     caught = []
     try:
-        previous = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+        previous = {s: signal.signal(s, lambda *a: caught.append(a)) for s in signals}
     except ValueError:  # not the main thread: signals go elsewhere anyway
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught and callable(previous):
-            previous(*caught[0])
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught and callable(previous[caught[0][0]]):
+            previous[caught[0][0]](*caught[0])
 
 
 def write_output(option: str, name: str, spec: Path, text: str) -> None:

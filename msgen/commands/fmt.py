@@ -12,6 +12,7 @@ from msgen.commands.report import render, sort_key
 from msgen.commands.status import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
 from msgen.compiler import spec_label
 from msgen.syntax import read_source
+from msgen.syntax.edit import lines_with_ends
 from msgen.syntax.fmt import format_text
 
 
@@ -48,8 +49,8 @@ def fmt_command(options: FmtOptions) -> int:
         if options.check:
             sys.stderr.write(f"would reformat {name}\n")
             diff = difflib.unified_diff(
-                text.splitlines(keepends=True),
-                out.splitlines(keepends=True),
+                lines_with_ends(text),  # numbered as diagnostics number them
+                lines_with_ends(out),
                 fromfile=name,
                 tofile=f"{name} (formatted)",
             )

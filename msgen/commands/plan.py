@@ -1,5 +1,5 @@
-"""`msgen plan SPEC [--top K] [--json] [--objective time|memory] [--write FILE [--pick N]
-[--force]]`."""
+"""`msgen plan SPEC [--top K] [--json] [--objective time|memory] [--set K=V ...]
+[--write FILE [--pick N] [--force]]`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from msgen.commands.files import write_output
 from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError, estimable
 from msgen.estimate.plan_report import describe, render, search_json
 from msgen.estimate.planner import Ranked, search
+from msgen.ir.rederive import DEVICES_KEY
 from msgen.syntax import read_source
-from msgen.syntax.edit import write_settings
+from msgen.syntax.edit import rebased, write_settings
 from msgen.syntax.fmt import format_text
+from msgen.syntax.overrides import override_keys
 
 
 @dataclass(frozen=True)
@@ -24,8 +26,9 @@ class PlanOptions:
     json: bool = False
     objective: str = "time"
     write: Path | None = None  # save plan `pick` (from 1) as a spec here
-    pick: int = 1
+    pick: int | None = None  # None: the first, if it keeps the headroom
     force: bool = False  # replace an existing `write`
+    sets: tuple[str, ...] = ()  # --set: the spec searched from; their keys are pinned
 
 
 def plan_command(result, options: PlanOptions) -> int:
@@ -33,27 +36,51 @@ def plan_command(result, options: PlanOptions) -> int:
         return EXIT_ERRORS
     if options.top < 1:
         raise UsageError("--top must be at least 1")
-    if options.pick < 1:
+    if options.pick is not None and options.pick < 1:
         raise UsageError("--pick must be at least 1")
-    found = search(result.spec, result.facts, options.objective, max(options.top, options.pick))
+    given = override_keys(list(options.sets))
+    if options.write is not None and DEVICES_KEY in given:
+        raise UsageError(
+            f"--write: --set {DEVICES_KEY} makes up the added servers' addresses; list "
+            "every server in the spec's cluster.nodes, then plan and --write"
+        )
+    pick = options.pick or 1
+    found = search(
+        result.spec, result.facts, options.objective, max(options.top, pick), options.sets
+    )
     shown = replace(found, plans=found.plans[: options.top])
     if options.json:
         sys.stdout.write(json.dumps(search_json(shown, options.objective), indent=2) + "\n")
     else:
         sys.stdout.write(render(shown, result.spec.model.name, options.objective))
     if options.write is not None and found.plans:
-        if options.pick > len(found.plans):
-            raise UsageError(f"--pick {options.pick}: only {len(found.plans)} plans fit")
-        write_plan(options.spec, options.write, found.plans[options.pick - 1], options.force)
+        if pick > len(found.plans):
+            raise UsageError(f"--pick {pick}: only {len(found.plans)} plans fit")
+        chosen = found.plans[pick - 1]
+        if options.pick is None and not chosen.headroom_kept:
+            raise UsageError(
+                "--write: no plan keeps the 10% fragmentation headroom, so `check` would "
+                "warn MSL402 on the spec written; choose one anyway with --pick N"
+            )
+        write_plan(options.spec, options.write, chosen, options.force, found.flags(chosen))
     return EXIT_OK if found.plans else EXIT_ERRORS
 
 
-def write_plan(spec: Path, out: Path, plan: Ranked, force: bool) -> None:
-    """The spec with the plan's settings written in, laid out as `msgen fmt` does, into
-    `out`: never the spec itself, and an existing file only with --force."""
+def write_plan(spec: Path, out: Path, plan: Ranked, force: bool, flags: tuple[str, ...]) -> None:
+    """The spec with the plan's `--set` flags written in (msgen.estimate.planner's
+    Search.flags: the search's fixed values, then the layout's), and the
+    paths it reads rebased to `out`'s folder (msgen.syntax.edit), laid out as `msgen fmt`
+    does, into `out`: never the spec itself, and an existing file only with --force."""
     if out.exists() and not force and not (spec.exists() and out.samefile(spec)):
         raise UsageError(f"--write {out} exists; add --force to replace it")
     text = read_source(spec)
-    formatted, _ = format_text(write_settings(text, list(plan.layout.sets), str(spec)), str(out))
+    try:
+        edited = write_settings(text, list(flags), str(spec), rebased(spec.parent, out.parent))
+    except ValueError as exc:
+        raise UsageError(f"--write {out}: {exc}") from exc
+    formatted, diags = format_text(edited, str(out))
+    if formatted is None:  # never write what does not parse
+        message = diags[0].message if diags else "it does not parse"
+        raise UsageError(f"--write {out}: the spec with the plan's settings is wrong ({message})")
     write_output("--write", str(out), spec, formatted)
     print(f"wrote {describe(plan)} to {out}", file=sys.stderr)

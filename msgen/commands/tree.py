@@ -86,7 +86,7 @@ def previous_manifest(folder: Path, force: bool = False) -> dict:
         files = doc["files"]
         if not isinstance(files, dict) or not all(map(_listed_path, files)):
             raise TypeError
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
         if force:
             return {}
         raise DamagedManifest(f"{MANIFEST} is damaged (not a manifest msgen wrote)") from None
@@ -126,6 +126,8 @@ def bears_header(path: Path) -> bool:
 def in_the_way(folder: Path, rels) -> InTheWay | None:
     """The first of `rels` that cannot be written or removed without following a
     link or replacing a folder; checked before anything is written."""
+    if folder.is_symlink():
+        return InTheWay(".", "is a symbolic link (msgen never writes through one)")
     if folder.exists() and not folder.is_dir():
         return InTheWay(".", "is not a folder")
     for rel in rels:
@@ -144,12 +146,21 @@ def in_the_way(folder: Path, rels) -> InTheWay | None:
     return None
 
 
+def _real_folder(folder: Path, rel: PurePosixPath) -> bool:
+    """Whether `folder/rel` is a folder reached without following any link."""
+    paths = [folder]
+    for part in rel.parts:
+        paths.append(paths[-1] / part)
+    return all(path.is_dir() and not path.is_symlink() for path in paths)
+
+
 def _recover(folder: Path, rels) -> None:
     """Undo what a run that was killed while switching left behind: its staged
-    files go, and the old files it had set aside come back."""
-    folders = {folder / PurePosixPath(rel).parent for rel in rels}
-    for where in sorted(folders):
-        if where.is_symlink() or not where.is_dir():
+    files go, and the old files it had set aside come back. Only in folders of the
+    tree itself: a manifest may list a path through a link out of it."""
+    for parent in sorted({PurePosixPath(rel).parent for rel in rels}):
+        where = folder / parent
+        if not _real_folder(folder, parent):
             continue
         for entry in where.iterdir():
             name = entry.name
@@ -270,7 +281,7 @@ def _comparable(rel: str, text: str) -> str:
         return text
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a manifest nested past the parser's depth
         return text
     if not isinstance(doc, dict):
         return text

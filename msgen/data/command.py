@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 
 from msgen.data import DataError
 from msgen.data.normalize import FORMS, normalize
-from msgen.data.output import MANIFEST, Staging
+from msgen.data.output import MANIFEST, Staging, os_error, stops_interrupt
 from msgen.data.progress import Progress
-from msgen.data.sources import INVALID_UTF8, Skipped, read, sources
+from msgen.data.readers import INVALID_UTF8, Cursor, Skipped, Where, read
+from msgen.data.sources import shown, sources
+from msgen.data.summary import TRAIN, VALID, data_line, dataset_json, report, skipped_warning
 from msgen.data.tokenizer import TRAINED_EOS
 from msgen.diagnostics import Diagnostic, error
 
@@ -24,9 +26,8 @@ if TYPE_CHECKING:
     from msgen.data.mindrecord import WindowWriter
     from msgen.data.pack import Packer
 
-FORMAT = "msgen-data 1"
-TRAIN, VALID = "train", "valid"
 BATCH_BYTES = 1 << 20  # text handed to the tokenizer at once: big enough for all cores
+PIECE = 1 << 18  # characters of one document handed to the tokenizer at most at once
 MAX_WARNINGS = 10  # skipped documents shown one by one; the rest are counted
 
 
@@ -44,6 +45,8 @@ class DataOptions:
     dedup: bool = False
     valid: float | None = None
     force: bool = False
+    for_dir: Path | None = None  # where train.py runs; default generated/<model>/
+    error_format: str = "text"
     progress: bool | None = None  # None: on a terminal, not in CI
 
 
@@ -53,14 +56,19 @@ class Counts:
     duplicates: int = 0
     normalized_documents: int = 0
     normalized_characters: int = 0
+    cut_documents: int = 0  # pieces of texts longer than MAX_DOCUMENT
+    special_token_texts: int = 0
     skipped: Counter = field(default_factory=Counter)  # by reason
     shown: int = 0  # skipped documents already reported one by one
+    keys: tuple[str, ...] | None = None  # of the first record without the field
 
-    def skip(self, item: Skipped, warn: bool) -> None:
+    def skip(self, item: Skipped, warn: bool, fmt: str) -> None:
         self.skipped[item.reason] += 1
+        if self.keys is None and item.keys:
+            self.keys = item.keys
         if warn and self.shown < MAX_WARNINGS:
             self.shown += 1
-            sys.stderr.write(f"warning: {item.where}: {item.reason}, document skipped\n")
+            sys.stderr.write(skipped_warning(item, fmt))
 
 
 def in_valid(digest: bytes, fraction: float | None) -> bool:
@@ -70,26 +78,27 @@ def in_valid(digest: bytes, fraction: float | None) -> bool:
 
 
 def documents(
-    srcs, options: DataOptions, counts: Counts, warn: bool
-) -> Iterator[tuple[str, str, int]]:
-    """(split, normalised text, its UTF-8 size) of every document kept, in input order."""
+    srcs, options: DataOptions, counts: Counts, warn: bool, cursor: Cursor
+) -> Iterator[tuple[str, str, Where]]:
+    """(split, normalised text, where) of every document kept, in input order."""
     form = FORMS[options.normalize]
     seen: set[bytes] = set()
     for source in srcs:
-        for item in read(source):
+        for item in read(source, cursor):
             if isinstance(item, Skipped):
-                counts.skip(item, warn)
+                counts.skip(item, warn, options.error_format)
                 continue
             text, changed = normalize(item.text, form)
             try:
                 data = text.encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate, from a JSON `\ud800` escape
-                counts.skip(Skipped(item.where, INVALID_UTF8), warn)
+                counts.skip(Skipped(item.where, INVALID_UTF8), warn, options.error_format)
                 continue
             if not text.strip():
-                counts.skip(Skipped(item.where, "empty"), False)
+                counts.skip(Skipped(item.where, "empty"), False, options.error_format)
                 continue
             counts.documents += 1
+            counts.cut_documents += item.cut
             counts.normalized_documents += changed > 0
             counts.normalized_characters += changed
             digest = hashlib.blake2b(data, digest_size=16).digest()
@@ -98,7 +107,22 @@ def documents(
                     counts.duplicates += 1
                     continue
                 seen.add(digest)
-            yield (VALID if in_valid(digest, options.valid) else TRAIN), text, len(data)
+            yield (VALID if in_valid(digest, options.valid) else TRAIN), text, item.where
+
+
+def pieces(text: str) -> Iterator[str]:
+    """`text` in pieces of at most PIECE characters, cut after a line break (or a
+    space) in each piece's second half where there is one: the tokenizer's memory
+    follows the piece, and its pre-tokenizer breaks at those characters anyway."""
+    start = 0
+    while len(text) - start > PIECE:
+        end = start + PIECE
+        cut = text.rfind("\n", start + PIECE // 2, end)
+        cut = cut if cut >= 0 else text.rfind(" ", start + PIECE // 2, end)
+        cut = end if cut < 0 else cut + 1
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 @dataclass
@@ -109,14 +133,44 @@ class Output:
     packer: Packer
     writer: WindowWriter
     documents: int = 0
-    texts: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # pieces waiting for the tokenizer
+    ends: list[bool] = field(default_factory=list)  # whether each ends its document
     pending_bytes: int = 0
+    first: Where | None = None  # where the waiting text starts, for a tokenizer error
 
-    def flush(self, tokenizer, eos: int) -> None:
-        if self.texts:
-            encodings = tokenizer.encode_batch_fast(self.texts, add_special_tokens=False)
-            self.writer.write(self.packer.add([e.ids for e in encodings], eos))
-            self.texts, self.pending_bytes = [], 0
+    def add(self, text: str, where: Where, tokenizer, eos: int) -> int:
+        """Queue a document; tokenize when a batch is full. Returns the tokens packed."""
+        self.documents += 1
+        tokens = 0
+        for piece in pieces(text):
+            self.first = self.first or where
+            self.texts.append(piece)
+            self.ends.append(False)
+            self.pending_bytes += len(piece)
+            if self.pending_bytes >= BATCH_BYTES:
+                tokens += self.flush(tokenizer, eos)
+        if self.ends:
+            self.ends[-1] = True
+        else:  # the batch was tokenized on the document's last piece: EOS follows it
+            tokens += self.write([eos])
+        return tokens
+
+    def flush(self, tokenizer, eos: int) -> int:
+        from msgen.data.tokenizer import encode
+
+        if not self.texts:
+            return 0
+        stream: list[int] = []
+        for ids, ends in zip(encode(tokenizer, self.texts, self.first), self.ends):
+            stream += ids
+            if ends:
+                stream.append(eos)
+        self.texts, self.ends, self.pending_bytes, self.first = [], [], 0, None
+        return self.write(stream)
+
+    def write(self, stream: list[int]) -> int:
+        self.writer.write(self.packer.add(stream))
+        return len(stream)
 
 
 def check_options(options: DataOptions, seq: int) -> None:
@@ -171,14 +225,6 @@ def check_vocab(result, tokenizer) -> list[Diagnostic]:
     return []
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def data_command(result, options: DataOptions) -> list[Diagnostic]:
     """Write the dataset for the checked spec in `result`; return the diagnostics that
     stopped it (none: written). Raises DataError for bad flags, inputs or output."""
@@ -193,65 +239,112 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
     import_file_writer()  # before the packer, whose numpy comes with MindSpore
     folder = options.output or Path("data") / spec.model.name
     outputs = [TRAIN] + ([VALID] if options.valid is not None else [])
+    line = data_line(folder, outputs, options.for_dir or Path("generated") / spec.model.name)
     names = [f"{o}.mindrecord{suffix}" for o in outputs for suffix in ("", ".db")]
     names += ["tokenizer.json"] * options.train_tokenizer + [MANIFEST]
     stage = Staging(folder, names, options.force, keep=options.tokenizer)
-    tokenizer = tok.load(options.tokenizer) if options.tokenizer is not None else None
+    tokenizer = tokenizer_bytes = None
+    if options.tokenizer is not None:
+        tokenizer, tokenizer_bytes = tok.load(options.tokenizer)
     diags = check_vocab(result, tokenizer)
     if diags:
         return diags
     if tokenizer is not None:
         eos, eos_id = tok.find_eos(tokenizer, options.tokenizer, options.eos)
 
-    with stage:
-        if options.train_tokenizer:
-            texts = (
-                t for split, t, _ in documents(srcs, options, Counts(), False) if split == TRAIN
+    total = sum(s.size for s in srcs)
+    # each reading phase reads it all; json and github streams get no progress line
+    drawn = options.progress if options.error_format == "text" else False
+    progress = Progress("msgen data", total, drawn)
+    with stops_interrupt(), stage:
+        try:
+            if options.train_tokenizer:
+                progress.phase("training the tokenizer on")
+                tokenizer = train_tokenizer(srcs, options, vocab, progress)
+                tokenizer_bytes = tokenizer.to_str(pretty=True).encode("utf-8")
+                eos, eos_id = tok.TRAINED_EOS, tokenizer.token_to_id(tok.TRAINED_EOS)
+                (stage.path / "tokenizer.json").write_bytes(tokenizer_bytes)
+            counts, written = write_sets(
+                srcs, options, tokenizer, eos_id, stage.path, folder, outputs, seq, progress
             )
-            tokenizer = tok.train(texts, vocab)
-            eos, eos_id = tok.TRAINED_EOS, tokenizer.token_to_id(tok.TRAINED_EOS)
-            (stage.path / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), "utf-8")
-        counts, written = write_sets(srcs, options, tokenizer, eos_id, stage.path, outputs, seq)
+        except OSError as exc:
+            raise os_error(exc, "write") from None
+        finally:
+            progress.done()
+        if not counts.documents:
+            raise nothing_read(counts, options.field)
         short = too_little(result, written.values(), spec.train.global_batch)
         if short:
             return short
-        tokenizer_path = (
-            stage.path / "tokenizer.json" if options.train_tokenizer else options.tokenizer
-        )
         manifest = dataset_json(
-            result, options, counts, written.values(), eos, eos_id, tokenizer_path
+            result, options, counts, written.values(), (eos, eos_id), tokenizer_bytes, folder
         )
-        (stage.path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
-        stage.commit()
-    print_summary(folder, result, counts, written.values(), spec.train.global_batch, options)
+        try:
+            (stage.path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+            stage.commit()
+        except OSError as exc:
+            raise os_error(exc, "write") from None
+    report(folder, result, counts, written.values(), manifest, line, options)
     return []
 
 
-def write_sets(srcs, options, tokenizer, eos_id, folder: Path, outputs, seq):
-    """The one pass that writes `<set>.mindrecord` for each set into `folder`;
+def train_tokenizer(srcs, options, vocab: int, progress: Progress):
+    from msgen.data import tokenizer as tok
+
+    cursor = Cursor()
+
+    def texts():
+        for split, text, _ in documents(srcs, options, Counts(), False, cursor):
+            progress.update(cursor.position(), 1)
+            if split == TRAIN:
+                yield text
+
+    trained = tok.train(texts(), vocab)
+    tok.plain_text(trained, "the trained tokenizer")
+    return trained
+
+
+def write_sets(srcs, options, tokenizer, eos_id, stage: Path, folder: Path, outputs, seq, progress):
+    """The one pass that writes `<set>.mindrecord` for each set into `stage`;
     returns the counts and the finished outputs by set."""
     from msgen.data.mindrecord import WindowWriter
     from msgen.data.pack import Packer
+    from msgen.data.tokenizer import SpecialCounter, special_texts
 
     counts = Counts()
     written = {
-        o: Output(o, Packer(seq + 1, options.overlap), WindowWriter(folder / f"{o}.mindrecord"))
+        o: Output(
+            o,
+            Packer(seq + 1, options.overlap),
+            WindowWriter(stage / f"{o}.mindrecord", folder / f"{o}.mindrecord"),
+        )
         for o in outputs
     }
-    progress = Progress("msgen data", options.progress)
-    for split, text, size in documents(srcs, options, counts, True):
-        out = written[split]
-        out.documents += 1
-        out.texts.append(text)
-        out.pending_bytes += size
-        progress.update(size, 1)
-        if out.pending_bytes >= BATCH_BYTES:
-            out.flush(tokenizer, eos_id)
-    progress.done()
+    special = SpecialCounter(special_texts(tokenizer))
+    cursor = Cursor()
+    progress.phase("tokenizing")
+    for split, text, where in documents(srcs, options, counts, True, cursor):
+        special.count(text)
+        tokens = written[split].add(text, where, tokenizer, eos_id)
+        progress.update(cursor.position(), 1, tokens)
     for out in written.values():
-        out.flush(tokenizer, eos_id)
+        progress.update(cursor.position(), 0, out.flush(tokenizer, eos_id))
+    progress.phase("writing the index")
+    for out in written.values():
         out.writer.commit()
+    counts.special_token_texts = special.found
     return counts, written
+
+
+def nothing_read(counts: Counts, field_name: str) -> DataError:
+    """No document at all: the input is at fault (a wrong --field, most often), not
+    the spec's seq, which MSL602 would blame."""
+    reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(counts.skipped.items()))
+    hint = "check the inputs"
+    if counts.keys is not None:
+        keys = ", ".join(shown(k) for k in counts.keys[:10])
+        hint = f"the first record's keys are {keys}; --field names the one holding the text"
+    return DataError(f"no document to write ({reasons or 'the inputs are empty'})", hint)
 
 
 def too_little(result, outputs, global_batch: int) -> list[Diagnostic]:
@@ -270,80 +363,3 @@ def too_little(result, outputs, global_batch: int) -> list[Diagnostic]:
         for out in outputs
         if out.packer.windows < global_batch
     ]
-
-
-def split_counts(out: Output, global_batch: int) -> dict:
-    return {
-        "documents": out.documents,
-        "tokens": out.packer.tokens,
-        "windows": out.packer.windows,
-        "dropped_tokens": out.packer.dropped,
-        "steps": out.packer.windows // global_batch,
-    }
-
-
-def dataset_json(result, options, counts: Counts, outputs, eos, eos_id, tokenizer_path) -> dict:
-    """What train.py checks the data against (vocab, seq), and how it was made.
-    No timestamps or absolute paths: the same input gives the same bytes."""
-    spec = result.spec
-    return {
-        "format": FORMAT,
-        "vocab": spec.model.dims["vocab"],
-        "seq": spec.model.dims["seq"],
-        "column": "input_ids",
-        "eos": eos,
-        "eos_id": eos_id,
-        "tokenizer": {
-            "path": "tokenizer.json" if options.train_tokenizer else tokenizer_path.as_posix(),
-            "sha256": sha256_file(tokenizer_path),
-            "trained": options.train_tokenizer,
-        },
-        "normalization": options.normalize,
-        "overlap": options.overlap,
-        "dedup": options.dedup,
-        "valid_fraction": options.valid,
-        # Informational: adding the data line to the spec changes its hash.
-        "spec": {"file": result.file, "sha256": spec.sha256},
-        "global_batch": spec.train.global_batch,
-        "counts": {
-            "documents": counts.documents,
-            "duplicates": counts.duplicates,
-            "skipped": dict(sorted(counts.skipped.items())),
-            "normalized_documents": counts.normalized_documents,
-            "normalized_characters": counts.normalized_characters,
-            **{out.name: split_counts(out, spec.train.global_batch) for out in outputs},
-        },
-        "files": {out.name: f"{out.name}.mindrecord" for out in outputs},
-    }
-
-
-def print_summary(folder: Path, result, counts: Counts, outputs, global_batch, options) -> None:
-    err = sys.stderr
-    skipped = sum(counts.skipped.values())
-    err.write(
-        f"{folder.as_posix()}: {counts.documents:,} documents"
-        f" ({skipped:,} skipped, {counts.duplicates:,} duplicates removed)\n"
-    )
-    if skipped > counts.shown:
-        reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(counts.skipped.items()))
-        err.write(f"  skipped: {reasons}\n")
-    if options.normalize != "none":
-        err.write(
-            f"  {options.normalize.upper()} changed {counts.normalized_characters:,} characters "
-            f"in {counts.normalized_documents:,} documents\n"
-        )
-    for out in outputs:
-        c = split_counts(out, global_batch)
-        err.write(
-            f"  {out.name}.mindrecord: {c['documents']:,} documents, {c['tokens']:,} tokens, "
-            f"{c['windows']:,} windows of {out.packer.length} ({c['dropped_tokens']:,} tail "
-            f"tokens dropped), {c['steps']:,} steps at global batch {global_batch}\n"
-        )
-    paths = {out.name: (folder / f"{out.name}.mindrecord").as_posix() for out in outputs}
-    line = f'data = mindrecord("{paths[TRAIN]}"'
-    line += f', valid = "{paths[VALID]}")' if VALID in paths else ")"
-    err.write(
-        f"put this in the train block of {result.file} (paths are relative to where "
-        "train.py runs):\n"
-    )
-    sys.stdout.write(f"    {line}\n")

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import errno
+from contextlib import contextmanager
 from pathlib import Path
 
 from msgen.data import DataError
+from msgen.data.output import disk_full
+from msgen.data.sources import shown
 
 COLUMN = "input_ids"
 SCHEMA = {COLUMN: {"type": "int32", "shape": [-1]}}
 MINDRECORD_EXTRA = "pip install 'msgen[mindrecord]'"
+# What MindSpore's writer says when statvfs finds no room (shard_writer.cc).
+NO_ROOM = "No free disk"
 
 
 def import_file_writer():
@@ -21,16 +27,42 @@ def import_file_writer():
     return FileWriter
 
 
+@contextmanager
+def writing(path: Path):
+    """MindSpore's writer errors (a RuntimeError holding a framework report of many
+    lines, or one of mindrecord's own exceptions) and OSErrors as one line naming
+    the file; no room on the disk as "disk full"."""
+    from mindspore.mindrecord.common.exceptions import MindRecordException
+
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise disk_full(path) from None
+        raise DataError(f"cannot write {shown(path)}: {exc.strerror or exc}") from None
+    except (RuntimeError, MindRecordException) as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reason = next((line for line in lines if line.startswith("[ERROR]")), None)
+        reason = (reason or (lines[0] if lines else type(exc).__name__)).removeprefix("[ERROR] ")
+        if NO_ROOM in reason:
+            raise disk_full(path) from None
+        raise DataError(f"cannot write {shown(path)}: {reason}") from None
+
+
 class WindowWriter:
     """One MindRecord file (and the `.db` index FileWriter puts beside it)."""
 
-    def __init__(self, path: Path):
-        self.writer = import_file_writer()(str(path), shard_num=1)
-        self.writer.add_schema(SCHEMA, "msgen data: seq + 1 token ids per sample")
+    def __init__(self, path: Path, final: Path):
+        self.path = final  # what messages name: where the file goes, not where it is staged
+        with writing(final):
+            self.writer = import_file_writer()(str(path), shard_num=1)
+            self.writer.add_schema(SCHEMA, "msgen data: seq + 1 token ids per sample")
 
     def write(self, windows) -> None:
         if len(windows):
-            self.writer.write_raw_data([{COLUMN: row} for row in windows])
+            with writing(self.path):
+                self.writer.write_raw_data([{COLUMN: row} for row in windows])
 
     def commit(self) -> None:
-        self.writer.commit()
+        with writing(self.path):
+            self.writer.commit()

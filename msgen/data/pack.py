@@ -1,4 +1,4 @@
-"""Packing: documents joined by EOS into one token stream, cut into fixed windows.
+"""Packing: the token stream (each document followed by EOS) cut into fixed windows.
 
 A window is `seq + 1` tokens (train.py feeds `[:-1]` and predicts `[1:]`); each starts
 `seq + 1 - overlap` tokens after the one before. The stream is held only until it
@@ -20,13 +20,9 @@ class Packer:
     windows: int = 0
     pending: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
 
-    def add(self, documents: list[list[int]], eos: int) -> np.ndarray:
-        """Append each document and an EOS after it; return the windows now complete,
-        shape [n, length], int32."""
-        stream = []
-        for ids in documents:
-            stream += ids
-            stream.append(eos)
+    def add(self, stream: list[int]) -> np.ndarray:
+        """Append tokens (documents with the EOS after each already in place); return
+        the windows now complete, shape [n, length], int32."""
         self.tokens += len(stream)
         buf = np.concatenate([self.pending, np.asarray(stream, np.int32)])
         stride = self.length - self.overlap

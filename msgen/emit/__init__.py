@@ -35,7 +35,13 @@ def manifest(files: dict[str, str], spec_path: str, sha256: str) -> str:
 
 def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     from msgen.emit.build import build_context
-    from msgen.emit.launch import LaunchContext, msrun_script, rank_table_json, rank_table_script
+    from msgen.emit.launch import (
+        LaunchContext,
+        dryrun_script,
+        msrun_script,
+        rank_table_json,
+        rank_table_script,
+    )
     from msgen.emit.plan_json import plan_json
     from msgen.emit.render import render_model, render_train
     from msgen.emit.strategy import strategy_files
@@ -53,11 +59,15 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
         device_ips=cluster.device_ips,
         master_port=cluster.master_port,
         world_size=len(cluster.nodes) * cluster.per_node,
+        spec_path=spec_path,
+        spec_sha256=spec.sha256,
+        stage_ranks=tuple(stage * spec.mesh.dp * spec.mesh.tp for stage in range(spec.mesh.pp)),
     )
     files = {
         "model.py": render_model(context),
         "train.py": render_train(context),
         "launch/msrun.sh": msrun_script(launch),
+        "launch/dryrun.sh": dryrun_script(launch),
         "plan.json": plan_json(
             plan,
             spec_path,

@@ -151,7 +151,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
     tied = {
         name: of.params[0]
         for name, of in plan.graph("network").ops.items()
-        if of.node.kind == "embedding"
+        if of.node.kind in OPS and OPS[of.node.kind].tieable
     }
     ctx = context(spec, tied)
     selected = {

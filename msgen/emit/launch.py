@@ -1,4 +1,5 @@
-"""The rank table (`hccl.json`) and the two launch scripts, as strings.
+"""The rank table (`hccl.json`) and the launch scripts (msrun, rank table, dry run), as
+strings.
 
 Ranks are numbered node by node: rank = node_index * per_node + device index. The
 mesh puts tp innermost and the pipeline stage outermost, so a tp group takes
@@ -8,6 +9,7 @@ consecutive ranks and stays on one server whenever tp divides per_node.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 
 from msgen.resources import template
@@ -24,6 +26,9 @@ class LaunchContext:
     device_ips: tuple[tuple[str, ...], ...] | None  # per node, by device index
     master_port: int
     world_size: int
+    spec_path: str  # as the header names it; the scripts look for it to run msgen doctor
+    spec_sha256: str  # msgen doctor runs only for the spec of this hash
+    stage_ranks: tuple[int, ...]  # the first rank of each pipeline stage (the dry run's)
 
     def __post_init__(self) -> None:
         # The checks passes reject specs like these with a proper diagnostic; reaching
@@ -41,6 +46,10 @@ class LaunchContext:
                 f"device_ips must hold {self.per_node} addresses for each of the"
                 f" {len(self.nodes)} nodes"
             )
+
+    @property
+    def spec_path_sh(self) -> str:
+        return shlex.quote(self.spec_path)
 
 
 def rank_table_json(ctx: LaunchContext) -> str:
@@ -77,6 +86,11 @@ def rank_table_script(ctx: LaunchContext) -> str:
     if ctx.device_ips is None:
         raise ValueError("no rank-table launch without device_ips")
     return _render("launch/rank_table.sh.j2", ctx)
+
+
+def dryrun_script(ctx: LaunchContext) -> str:
+    """`launch/dryrun.sh`: MindSpore's dry run of one rank per pipeline stage."""
+    return _render("launch/dryrun.sh.j2", ctx)
 
 
 def _render(name: str, ctx: LaunchContext) -> str:

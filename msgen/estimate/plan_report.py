@@ -2,8 +2,11 @@
 
 JSON: {"objective", "searched" (layouts that pass every check but the budget),
 "fitting", "spec": {step_s, peak_bytes, mfu, fits, set}, "plans": [{rank, set
-(every searched key as `--set` takes it, in any order), step_s, peak_bytes,
-headroom_bytes, budget_bytes, mfu, hfu, tokens_per_s_per_device, memory: the
+(every searched key as `--set` takes it, in any order, after the `--set` values
+the search started from that it does not search), step_s, peak_bytes,
+headroom_bytes, headroom_kept (false: some stage fits without the 10%
+fragmentation headroom, which `check` warns as MSL402; such plans rank after
+those that keep it), budget_bytes, mfu, hfu, tokens_per_s_per_device, memory: the
 peak stage's `estimate` rows, time: `estimate`'s time object}], and when
 nothing fits "smallest" (the lowest peak any layout reaches)}.
 """
@@ -17,14 +20,15 @@ from msgen.estimate.time_report import seconds
 from msgen.estimate.whatif import set_args
 
 
-def ranked_json(r: Ranked) -> dict:
+def ranked_json(r: Ranked, flags: tuple[str, ...]) -> dict:
     t = r.time
     peak = r.estimate.peak
     return {
-        "set": list(r.layout.sets),
+        "set": list(flags),
         "step_s": t.step_s,
         "peak_bytes": r.peak_bytes,
         "headroom_bytes": peak.headroom_bytes,
+        "headroom_kept": r.headroom_kept,
         "budget_bytes": r.estimate.budget_bytes,
         "fits": r.estimate.fits,
         "mfu": t.mfu,
@@ -38,12 +42,17 @@ def ranked_json(r: Ranked) -> dict:
 def search_json(found: Search, objective: str) -> dict:
     out: dict = {"objective": objective, "searched": found.searched, "fitting": found.fitting}
     if found.spec is not None:
-        mine = ranked_json(found.spec)
+        mine = ranked_json(found.spec, found.flags(found.spec))
         out["spec"] = {k: mine[k] for k in ("step_s", "peak_bytes", "mfu", "fits", "set")}
-    out["plans"] = [{"rank": i + 1, **ranked_json(r)} for i, r in enumerate(found.plans)]
+    out["plans"] = [
+        {"rank": i + 1, **ranked_json(r, found.flags(r))} for i, r in enumerate(found.plans)
+    ]
     if not found.plans and found.smallest is not None:
-        out["smallest"] = ranked_json(found.smallest)
+        out["smallest"] = ranked_json(found.smallest, found.flags(found.smallest))
     return out
+
+
+TIGHT = " [TIGHT: less spare than the headroom; check warns MSL402]"
 
 
 def describe(r: Ranked) -> str:
@@ -58,9 +67,10 @@ def describe(r: Ranked) -> str:
 def line(r: Ranked) -> str:
     budget = r.estimate.budget_bytes
     spare = f", {gib(budget - r.peak_bytes)} GiB spare" if budget is not None else ""
+    flag = "" if r.headroom_kept or not r.estimate.fits else TIGHT
     return (
         f"step {seconds(r.time.step_s)}, MFU {r.time.mfu:.1%}, peak {gib(r.peak_bytes)} GiB"
-        f"{spare} (headroom {gib(r.estimate.peak.headroom_bytes)} GiB)"
+        f"{spare} (headroom {gib(r.estimate.peak.headroom_bytes)} GiB){flag}"
     )
 
 
@@ -74,7 +84,7 @@ def render(found: Search, model: str, objective: str) -> str:
         verdict = "fits" if found.spec_fits else "does NOT fit"
         lines += ["", f"as written ({verdict}): {line(found.spec)}", f"  {describe(found.spec)}"]
     for i, r in enumerate(found.plans):
-        lines += ["", f"{i + 1}. {line(r)}", f"   {describe(r)}", f"   {set_args(r.layout.sets)}"]
+        lines += ["", f"{i + 1}. {line(r)}", f"   {describe(r)}", f"   {set_args(found.flags(r))}"]
     if not found.plans:
         lines += ["", "nothing fits the budget on these devices."]
         if found.smallest is not None:

@@ -8,7 +8,11 @@ the layers; a written `split` pins pp), the micro-batch size and count, the
 ZeRO level (with dp > 1), recompute per repeated layer (none, select of its
 composite ops, full), and the schedule: 1f1b, or interleaved with 2 or 4 chunks
 when the layers divide (gpipe has 1f1b's bubble and more memory: never better).
-The spec as written is always a candidate.
+The spec as written is always a candidate. A key given with `--set` is pinned:
+every plan keeps the spec's value of it (`--set mesh.tp=4`: only tp = 4).
+
+Plans that keep the 10% fragmentation headroom on every stage (those `check`
+does not warn MSL402 about) rank before those that only fit.
 
 A layout's graph facts depend only on its mesh and micro-batch, so the front
 end runs once per pair; every variant then runs the independent check passes,
@@ -31,6 +35,7 @@ from msgen.estimate.whatif import apply
 from msgen.ir.models import Spec
 from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
+from msgen.syntax.overrides import override_keys
 
 CHUNKS = (2, 4)
 MAX_MICRO_BATCH = 16
@@ -63,6 +68,15 @@ class Layout:
         out.append(f"pipeline.schedule={self.schedule}")
         return tuple(out)
 
+    def keeps(self, other: Layout, pinned: frozenset[str]) -> bool:
+        """Whether this layout has `other`'s value of every pinned key (a pinned
+        `pipeline.chunks` pins the schedule that holds it)."""
+        pinned = pinned | ({"pipeline.schedule"} if "pipeline.chunks" in pinned else set())
+        mine, theirs = dict(s.split("=", 1) for s in self.sets), dict(
+            s.split("=", 1) for s in other.sets
+        )
+        return all(mine[k] == theirs[k] for k in pinned if k in mine)
+
 
 @dataclass(frozen=True)
 class Ranked:
@@ -74,6 +88,11 @@ class Ranked:
     def peak_bytes(self) -> int:
         return self.estimate.peak.total_bytes
 
+    @property
+    def headroom_kept(self) -> bool:
+        """Every stage fits with the 10% fragmentation headroom on top (no MSL402)."""
+        return not any(s.tight for s in self.estimate.stages)
+
 
 @dataclass(frozen=True)
 class Search:
@@ -83,6 +102,11 @@ class Search:
     searched: int
     fitting: int
     smallest: Ranked | None  # when nothing fits: the layout with the lowest peak
+    fixed: tuple[str, ...] = ()  # the --set values searched from that no layout sets
+
+    def flags(self, r: Ranked) -> tuple[str, ...]:
+        """Every `--set` that gives `r`: the fixed ones, then the layout's."""
+        return self.fixed + r.layout.sets
 
 
 def written(spec: Spec, layers: list[str]) -> Layout:
@@ -149,11 +173,15 @@ def layouts(spec: Spec, layers_total: int, modes) -> list[Layout]:
 
 
 def settings_of(layout: Layout) -> dict:
-    """The layout as `whatif.apply` settings."""
+    """The layout as `whatif.apply` settings: its `--set` keys, typed; micro_batches
+    given, so nothing is re-derived."""
     settings: dict = {
-        "mesh": (layout.dp, layout.tp, layout.pp),
-        "micro_batch": layout.micro_batch,
-        "zero": layout.zero,
+        "mesh.dp": layout.dp,
+        "mesh.tp": layout.tp,
+        "mesh.pp": layout.pp,
+        "train.micro_batch": layout.micro_batch,
+        "pipeline.micro_batches": layout.micro_batches,
+        "train.zero": layout.zero,
     }
     for layer, mode in layout.recompute:
         if mode.startswith("select("):
@@ -161,20 +189,11 @@ def settings_of(layout: Layout) -> dict:
         else:
             settings[f"recompute.{layer}"] = (mode, ())
     if layout.schedule.startswith("interleaved"):
-        settings["schedule"] = Schedule.INTERLEAVED
-        settings["chunks"] = int(layout.schedule.split("=")[1].strip(" )"))
+        settings["pipeline.schedule"] = Schedule.INTERLEAVED
+        settings["pipeline.chunks"] = int(layout.schedule.split("=")[1].strip(" )"))
     else:
-        settings["schedule"] = layout.schedule
+        settings["pipeline.schedule"] = Schedule(layout.schedule)
     return settings
-
-
-def variant(spec: Spec, layout: Layout) -> Spec | None:
-    """The spec laid out so; micro_batches set explicitly."""
-    v = apply(spec, settings_of(layout))
-    if v is None:
-        return None
-    pipeline = v.pipeline.model_copy(update={"micro_batches": layout.micro_batches})
-    return v.model_copy(update={"pipeline": pipeline})
 
 
 def rank_key(objective: str):
@@ -182,18 +201,24 @@ def rank_key(objective: str):
         first = (
             (r.time.step_s, r.peak_bytes) if objective == "time" else (r.peak_bytes, r.time.step_s)
         )
-        return first + (r.layout.sets,)
+        return (not r.headroom_kept,) + first + (r.layout.sets,)
 
     return key
 
 
-def search(spec: Spec, facts, objective: str = "time", top: int = 5) -> Search:
-    """Every layout of the spec's devices, checked, estimated, and the fitting ones timed."""
+def search(
+    spec: Spec, facts, objective: str = "time", top: int = 5, given: tuple[str, ...] = ()
+) -> Search:
+    """Every layout of the spec's devices that keeps the values of the keys `given` with
+    `--set` (the spec holds them), checked, estimated, and the fitting ones timed."""
     layers_total = sum(r.count for r in Plan(spec, facts).repeats)
     layer_names = sorted({n.args["layer"] for n in spec.network.ops if n.kind == "repeat"})
     modes = recompute_modes(spec, layer_names, facts.graphs)
-    candidates = layouts(spec, layers_total, modes)
     mine = written(spec, layer_names)
+    pinned = frozenset(override_keys(list(given)))
+    searched_keys = override_keys(list(mine.sets))
+    fixed = tuple(s for s in given if not override_keys([s]) & searched_keys)
+    candidates = [c for c in layouts(spec, layers_total, modes) if c.keeps(mine, pinned)]
     if mine not in candidates:
         candidates.append(mine)
     graph_facts: dict[tuple[int, int, int, int], object] = {}
@@ -201,7 +226,7 @@ def search(spec: Spec, facts, objective: str = "time", top: int = 5) -> Search:
     smallest: Ranked | None = None
     searched = 0
     for layout in candidates:
-        v = variant(spec, layout)
+        v = apply(spec, settings_of(layout))
         if v is None:
             continue
         group = (layout.dp, layout.tp, layout.pp, layout.micro_batch)
@@ -231,4 +256,6 @@ def search(spec: Spec, facts, objective: str = "time", top: int = 5) -> Search:
         est = estimate(plan)
         timing = step_time(plan, est)
         as_written = Ranked(mine, est, timing) if timing else None
-    return Search(as_written, spec_fits, tuple(fitting[:top]), searched, len(fitting), smallest)
+    return Search(
+        as_written, spec_fits, tuple(fitting[:top]), searched, len(fitting), smallest, fixed
+    )

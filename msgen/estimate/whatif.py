@@ -1,12 +1,17 @@
 """What-if estimates: the spec with a few settings changed, checked and estimated
-again. The budget check uses them to name changes that would fit a stage.
+again. The budget check uses them to name changes that would fit a stage, and the
+planner builds every layout it searches with them.
 
-A variant is built on the IR, not the text: the settings are swapped in, and
-when the batch (`micro_batch * dp`) changes, the shapes that lowering evaluated
-with it are re-derived: it is the first dim of the network's token input (the
-network takes [batch, seq]), and each layer's input takes whatever shape the
-network now feeds it. The variant then goes through every check (the budget's
-aside), so a change that breaks the spec is never suggested.
+Settings are keyed as `--set` keys them (`mesh.dp`, `train.zero`,
+`recompute.decoder`, `pipeline.schedule`...), and what follows from them (`dp`, a
+written `micro_batches`) follows by the one rule `--set` uses
+(msgen.ir.rederive.followers), so a what-if and `--set` with its flags are the same
+spec. A variant is built on the IR, not the text, for speed: the settings are
+swapped in, and when the batch (`micro_batch * dp`) changes, the shapes that
+lowering evaluated with it are re-derived: it is the first dim of the network's
+token input (the network takes [batch, seq]), and each layer's input takes whatever
+shape the network now feeds it. The variant then goes through every check (the
+budget's aside), so a change that breaks the spec is never suggested.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from msgen.checks import run_checks
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate
 from msgen.ir.models import Recompute, Spec, TensorRef
+from msgen.ir.rederive import followers
 from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
 
@@ -62,43 +68,31 @@ def merged(changes: tuple[Change, ...]) -> dict[str, object] | None:
 # building a variant -----------------------------------------------------------
 
 
-def micro_batches_after(spec: Spec, settings: dict) -> int | None:
-    """The written micro_batches that keeps global_batch (None when not written,
-    so it still follows from global_batch); -1 when no whole number does."""
-    if spec.pipeline.micro_batches is None:
-        return None
-    dp = settings.get("mesh", (spec.mesh.dp,))[0]
-    per_step = settings.get("micro_batch", spec.train.micro_batch) * dp
-    return spec.train.global_batch // per_step if spec.train.global_batch % per_step == 0 else -1
+def _placed(spec: Spec, settings: dict) -> Spec:
+    """The spec with each `BLOCK.KEY` of `settings` swapped in (a recompute value is
+    (mode, op names)); a schedule without its chunks has one."""
+    blocks: dict[str, dict] = {}
+    recompute = dict(spec.recompute)
+    for key, value in settings.items():
+        block, _, name = key.partition(".")
+        if block == "recompute":
+            mode, ops = value
+            span = recompute[name].span if name in recompute else spec.layers[name].span
+            refs = tuple(TensorRef(span=span, name=op) for op in ops)
+            recompute[name] = Recompute(span=span, layer=name, mode=mode, ops=refs)
+        else:
+            blocks.setdefault(block, {})[name] = value
+    if "schedule" in blocks.get("pipeline", {}):
+        blocks["pipeline"].setdefault("chunks", 1)
+    update = {b: getattr(spec, b).model_copy(update=u) for b, u in blocks.items()}
+    return spec.model_copy(update={**update, "recompute": recompute})
 
 
 def apply(spec: Spec, settings: dict) -> Spec | None:
-    """The spec with `settings` in place, or None when no consistent spec has them."""
-    micro_batches = micro_batches_after(spec, settings)
-    if micro_batches == -1:
-        return None
-    dp, tp, pp = settings.get("mesh", (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp))
-    train = {"micro_batch": settings.get("micro_batch", spec.train.micro_batch)}
-    train["zero"] = settings.get("zero", spec.train.zero)
-    pipeline: dict[str, object] = {"micro_batches": micro_batches}
-    if "schedule" in settings:
-        pipeline.update(schedule=settings["schedule"], chunks=settings.get("chunks", 1))
-    recompute = dict(spec.recompute)
-    for key, value in settings.items():
-        if key.startswith("recompute."):
-            layer = key.partition(".")[2]
-            mode, ops = value
-            span = recompute[layer].span if layer in recompute else spec.layers[layer].span
-            refs = tuple(TensorRef(span=span, name=op) for op in ops)
-            recompute[layer] = Recompute(span=span, layer=layer, mode=mode, ops=refs)
-    variant = spec.model_copy(
-        update={
-            "mesh": spec.mesh.model_copy(update={"dp": dp, "tp": tp, "pp": pp}),
-            "train": spec.train.model_copy(update=train),
-            "pipeline": spec.pipeline.model_copy(update=pipeline),
-            "recompute": recompute,
-        }
-    )
+    """The spec with `settings` in place and what follows from them, or None when no
+    consistent spec has them."""
+    variant = _placed(spec, settings)
+    variant = _placed(variant, followers(variant, set(settings)))
     return rebatched(variant, spec.train.micro_batch * spec.mesh.dp)
 
 
@@ -150,28 +144,27 @@ def estimate_variant(spec: Spec, settings: dict) -> Estimate | None:
 def describe(spec: Spec, settings: dict) -> tuple[str, tuple[str, ...]]:
     """How a message names the change, and the `--set` arguments that make it."""
     words, sets = [], []
+    mesh: list[str] = []  # a mesh change is one phrase naming the axes it moves
     for key, value in settings.items():
-        if key.startswith("recompute."):
-            layer = key.partition(".")[2]
+        block, _, name = key.partition(".")
+        if block == "recompute":
             mode, ops = value
-            text = f"select({', '.join(ops)})" if mode == RecomputeMode.SELECT else mode
-            words.append(f"recompute {layer} = {text}")
-            sets.append(f"recompute.{layer}={text}")
-        elif key == "mesh":
-            old = (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp)
-            axes = [(a, n) for a, n, o in zip(("dp", "tp", "pp"), value, old) if n != o]
-            words.append(", ".join(f"{a} = {n}" for a, n in axes))
-            sets += [f"mesh.{a}={n}" for a, n in axes]
-        elif key in ("zero", "micro_batch"):
-            words.append(f"{key} = {value}")
-            sets.append(f"train.{key}={value}")
+            value = f"select({', '.join(ops)})" if mode == RecomputeMode.SELECT else mode
+            words.append(f"recompute {name} = {value}")
+        elif block == "mesh":
+            if value == getattr(spec.mesh, name):
+                continue
+            if not mesh:
+                words.append(mesh)
+            mesh.append(f"{name} = {value}")
         else:
-            words.append(f"{key} = {value}")
-            sets.append(f"pipeline.{key}={value}")
-    micro_batches = micro_batches_after(spec, settings)
-    if micro_batches not in (None, spec.pipeline.micro_batches):
-        words[-1] += f" with micro_batches = {micro_batches}"
-        sets.append(f"pipeline.micro_batches={micro_batches}")
+            words.append(f"{name} = {value}")
+        sets.append(f"{key}={value}")
+    words = [", ".join(w) if isinstance(w, list) else w for w in words]
+    follow = followers(_placed(spec, settings), set(settings))
+    if "pipeline.micro_batches" in follow:
+        words[-1] += f" with micro_batches = {follow['pipeline.micro_batches']}"
+        sets.append(f"pipeline.micro_batches={follow['pipeline.micro_batches']}")
     return " and ".join(words), tuple(sets)
 
 
@@ -206,14 +199,16 @@ def candidates(spec: Spec, facts: Facts) -> list[Change]:
     mesh = spec.mesh
     if mesh.dp > 1:
         for level in range(spec.train.zero + 1, 4):
-            out.append(Change("zero", COST["zero"], (("zero", level),)))
+            out.append(Change("zero", COST["zero"], (("train.zero", level),)))
     # more micro-batches alone never lower the peak (1F1B keeps min(n, pp - s) in
     # flight); smaller ones do, with more of them to keep global_batch
     mb = spec.train.micro_batch
     for smaller in sorted((d for d in range(1, mb) if mb % d == 0), reverse=True):
-        out.append(Change("micro_batch", COST["micro_batch"], (("micro_batch", smaller),)))
+        change = (("train.micro_batch", smaller),)
+        out.append(Change("micro_batch", COST["micro_batch"], change))
     if mesh.pp > 1 and spec.pipeline.schedule != Schedule.ONE_F_ONE_B:
-        out.append(Change("schedule", COST["schedule"], (("schedule", Schedule.ONE_F_ONE_B),)))
+        change = (("pipeline.schedule", Schedule.ONE_F_ONE_B),)
+        out.append(Change("schedule", COST["schedule"], change))
     dp, tp, pp = mesh.dp, mesh.tp, mesh.pp
     reshapes = []
     for k in MESH_FACTORS:
@@ -223,7 +218,9 @@ def candidates(spec: Spec, facts: Facts) -> list[Change]:
             reshapes.append((dp, tp * k, pp // k))
         if tp % k == 0:
             reshapes.append((dp, tp // k, pp * k))
-    out += [Change("mesh", COST["mesh"], (("mesh", r),)) for r in reshapes]
+    for r in reshapes:
+        axes = tuple(zip(("mesh.dp", "mesh.tp", "mesh.pp"), r, strict=True))
+        out.append(Change("mesh", COST["mesh"], axes))
     return out
 
 

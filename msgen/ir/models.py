@@ -75,6 +75,12 @@ class Graph(Node):
     output: str | None = None
     output_span: Span | None = None
 
+    @property
+    def total_layers(self) -> int:
+        """The copies its `repeat` ops make, all together: the stack of repeated
+        layers the pipeline splits."""
+        return sum(op.args.get("count", 0) for op in self.ops if op.kind == "repeat")
+
 
 class Model(Block):
     name: str

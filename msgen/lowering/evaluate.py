@@ -22,6 +22,24 @@ UNIT_BYTES = {
 }
 
 
+# Unknown names whose hint scans every dim for the closest; later ones are past what
+# the text output shows of one code (MAX_PER_CODE), and n of them would cost n^2.
+HINTED = 20
+
+
+class DefinedAfter:
+    """The names assigned after statement `index` of a block, as a set for `in`:
+    one table of each name's last statement, so a block of n dims is checked in
+    O(n), not by building a set of the later names per statement."""
+
+    def __init__(self, last: dict[str, int]):
+        self.last = last
+        self.index = -1
+
+    def __contains__(self, name: str) -> bool:
+        return self.last.get(name, -1) > self.index
+
+
 class Evaluator:
     """Evaluates expressions over `env`; problems go to `diags`, the value is None."""
 
@@ -29,13 +47,22 @@ class Evaluator:
         self,
         env: dict[str, int],
         diags: list[Diagnostic],
-        later: set[str] = frozenset(),
+        later: set[str] | DefinedAfter = frozenset(),
         failed: set[str] = frozenset(),
     ):
         self.env = env
         self.diags = diags
         self.later = later  # names defined further down: "used before definition"
         self.failed = failed  # dims whose own definition was reported: stay quiet
+        self.unknown = 0  # unknown names reported so far
+
+    def unknown_hint(self, name: str) -> str:
+        """The closest dim, or the dims there are: a scan of them all."""
+        return did_you_mean(name, self.env) or (
+            f"known dims: {', '.join(self.env)}"
+            if self.env
+            else "no dims can be used here: write a whole number"
+        )
 
     def number(self, expr: ast.Expr) -> int | float | None:
         """The value of `expr`; one a float cannot hold (inf, or an OverflowError on the
@@ -77,11 +104,8 @@ class Evaluator:
                         )
                     )
                 else:
-                    hint = did_you_mean(name, self.env) or (
-                        f"known dims: {', '.join(self.env)}"
-                        if self.env
-                        else "no dims can be used here: write a whole number"
-                    )
+                    self.unknown += 1
+                    hint = self.unknown_hint(name) if self.unknown <= HINTED else None
                     self.diags.append(error("MSL101", f"unknown dim `{name}`", expr.span, hint))
                 return None
             case ast.Neg(operand=o):

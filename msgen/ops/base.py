@@ -193,6 +193,12 @@ class OpDef:
     # A composite op is a Cell of several primitives in MindSpore; a primitive op is one
     # primitive, or a helper cell standing for one.
     composite: ClassVar[bool] = False
+    # Its parameters may be shared by other ops (`linear(x, vocab, tie = emb)` reads
+    # the embedding's table): the analysis keeps them by op name for those.
+    tieable: ClassVar[bool] = False
+    # The bytes of one element of its output when not the compute dtype's (a loss,
+    # computed in fp32).
+    output_itemsize: ClassVar[int | None] = None
 
     def arg(self, node: OpNode, name: str):
         """An argument as written, else its declared default."""

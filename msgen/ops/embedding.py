@@ -30,6 +30,7 @@ class Embedding(OpDef):
     imports = ("from mindspore import nn, ops",)
     inits = {"table": "normal"}
     decays = frozenset({"table"})
+    tieable = True
 
     def strategies(self, node, layout, ctx):
         table = factors(layout.params[0].split, ctx)

@@ -22,6 +22,7 @@ class CrossEntropy(OpDef):
     name = "cross_entropy"
     args = (Arg("logits", "tensor"), Arg("tokens", "tensor"))
     helpers = ("cross_entropy",)
+    output_itemsize = 4  # fp32 (templates/ops/cross_entropy.py.j2)
     imports = (
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",

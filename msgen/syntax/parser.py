@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import hashlib
 import math
 import os
@@ -225,7 +226,9 @@ def _number(tok: Token) -> int | float:
                 f"numbers are at most {MAX_NUMBER:.4g}",
             )
         )
-    return int(text) if text.isdigit() else value
+    # Leading zeros do not count against Python's int_max_str_digits (4,300); the
+    # check above leaves at most 309 other digits.
+    return int(text.lstrip("0") or "0") if text.isdigit() else value
 
 
 class _ToAst:
@@ -464,6 +467,11 @@ def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diag
         text += "\n"
     if "\r" in text and (cr := _lone_cr(text, file)) is not None:
         return None, [cr]
+    # The parse makes a tree and an AST of small objects, and no cycles: the cyclic
+    # collector, run over them again and again as they pile up, made a 16 MiB spec's
+    # parse grow faster than its size (bench/bench_check_scale.py). Paused meanwhile.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         tree = parser.parse(text)
         module = _ToAst(file).transform(tree)
@@ -473,6 +481,8 @@ def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diag
         return None, [_rejected(exc, file)]
     finally:
         _COLLECTED.reset(context)
+        if collecting:
+            gc.enable()
     return (
         ast.Module(
             module.span,

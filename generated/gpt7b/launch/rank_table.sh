@@ -11,11 +11,16 @@
 #
 # Each process logs to output/rank_table_log/rank_<RANK_ID>.log under the current
 # directory. The script waits for all of them and fails if any of them fails.
+# msgen doctor checks this host first (MSGEN_SKIP_DOCTOR=1 skips it).
 
 set -euo pipefail
 
 # HCCL's default of 120 s is too short when many RoCE links handshake at once.
 export HCCL_CONNECT_TIMEOUT=600
+
+# MindSpore's log level (GLOG_v, read by mindspore/log.py and its C++ logging): errors
+# only, not the warnings of every start; set GLOG_v=2 (MindSpore's default) for them.
+export GLOG_v="${GLOG_v:-3}"
 
 NODES=1
 
@@ -35,6 +40,47 @@ shift
 # The scripts live in <out>/launch/ next to <out>/train.py; find it from wherever
 # they are called. The current directory stays: data paths are relative to it.
 out_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+
+# First check this host against the spec (msgen doctor; see its docs) and stop on an
+# error. It runs when msgen is installed here and the spec is found unchanged since
+# the tree was compiled: MSGEN_SPEC, else specs/gpt7b.msl under the current folder or
+# under the folder above the tree. MSGEN_SKIP_DOCTOR=1 skips it.
+if [[ -n ${MSGEN_SKIP_DOCTOR:-} ]]; then
+    echo "launch: msgen doctor skipped: MSGEN_SKIP_DOCTOR is set" >&2
+elif [[ $(msgen doctor --help 2>/dev/null || true) != *--compiled-from* ]]; then
+    # (GNU gettext has a `msgen` too: only one whose doctor takes --compiled-from will do.)
+    echo "launch: msgen doctor skipped: msgen is not installed on this host" >&2
+else
+    compiled_from=specs/gpt7b.msl
+    spec=${MSGEN_SPEC:-}
+    if [[ -z $spec ]]; then
+        for candidate in "$compiled_from" "$out_dir/../../$compiled_from"; do
+            if [[ -f $candidate ]]; then
+                spec=$candidate
+                break
+            fi
+        done
+    fi
+    if [[ -z $spec || ! -f $spec ]]; then
+        echo "launch: msgen doctor skipped: no spec at ${spec:-$compiled_from} (set MSGEN_SPEC)" >&2
+    else
+        # train.py's --output, as it will get it, for the disk check.
+        output=output
+        previous=
+        for arg in "$@"; do
+            if [[ $previous == --output ]]; then
+                output=$arg
+            fi
+            case $arg in --output=*) output=${arg#--output=} ;; esac
+            previous=$arg
+        done
+        if ! msgen doctor "$spec" --node "$NODE_RANK" --tree "$out_dir" --run-from "$PWD" \
+            --output "$output" --compiled-from 745767204692c836f953c26918e04459e98a6eb078b53e6e64afbaaed7e91acb; then
+            echo "launch: msgen doctor found errors: fix them, or set MSGEN_SKIP_DOCTOR=1 to launch anyway" >&2
+            exit 1
+        fi
+    fi
+fi
 
 PER_NODE=8
 

@@ -1,0 +1,245 @@
+"""`msgen ckpt from-hf` and `msgen ckpt to-hf`: Hugging Face safetensors to the
+MindSpore checkpoint `train.py --init-from` loads, and a checkpoint back to safetensors
+with the source model's names, dtypes and config.json.
+
+Tensors move one at a time (msgen.hf.tensors maps the files), are checked against the
+spec's parameters by name and shape before anything is written, and are written
+atomically. MindSpore is imported only here, to write and read its checkpoint format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from msgen.commands.files import new_file_mode
+from msgen.commands.status import EXIT_OK, UsageError
+from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
+from msgen.hf.layout import hf_names, to_hf, to_msgen
+from msgen.hf.tensors import (
+    TensorFileError,
+    as_float32,
+    encode,
+    from_float32,
+    read_header,
+    read_tensor,
+)
+
+INIT_FILE = "model.ckpt"  # what from-hf writes and --init-from loads
+SOURCE_FILE = "source.json"  # the source config and each tensor's dtype, for to-hf
+SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size
+DTYPE_OF = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
+@dataclass(frozen=True)
+class CkptOptions:
+    spec: Path
+    source: Path  # from-hf: the Hugging Face folder; to-hf: a from-hf folder or a run
+    output: Path
+    force: bool = False
+    shard_bytes: int = SHARD_BYTES
+    origin: Path | None = None  # to-hf of a run: the from-hf folder it started from
+
+
+def spec_params(result) -> dict[str, tuple[int, ...]]:
+    """Every parameter path of the analysed spec with its logical shape."""
+    from msgen.analysis.plan import build_plan
+
+    plan = build_plan(result.spec, result.facts)
+    out = {f"{op}.{p.name}": tuple(p.shape) for op, p in plan.network_params()}
+    for rep in plan.repeats:
+        for copy in range(rep.count):
+            for op, p in plan.layer_params(rep.layer):
+                out[f"{rep.layer}.{copy}.{op}.{p.name}"] = tuple(p.shape)
+    return out
+
+
+def _hf_files(folder: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it (one file, or a sharded set with
+    its index)."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{index} is not a safetensors index: {exc}") from exc
+        files = {name: folder / file for name, file in weight_map.items()}
+        missing = sorted({str(p) for p in files.values() if not p.is_file()})
+        if missing:
+            raise UsageError(f"missing shard {missing[0]} named in {index.name}")
+        return files
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise UsageError(f"{folder} has no model.safetensors nor model.safetensors.index.json")
+    return {name: single for name in _header(single)[0]}
+
+
+def _header(path: Path):
+    try:
+        return read_header(path)
+    except (OSError, TensorFileError) as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _model(config: Path) -> HfModel:
+    try:
+        return model_of(read_config(config))
+    except HfConfigError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _fresh_folder(folder: Path, force: bool) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"-o {folder} is not a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not force:
+        raise UsageError(f"-o {folder} is not empty; add --force to write into it")
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def _write_bytes(path: Path, chunks) -> None:
+    """Stage beside `path`, then rename over it: no reader sees half a file."""
+    tmp = path.with_name(f".{path.name}.msgen-new")
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.chmod(tmp, new_file_mode())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def check_against_spec(converted: dict[str, tuple[int, ...]], expected: dict) -> None:
+    """Names, shapes and counts equal, or a usage error naming the first difference."""
+    for name, shape in converted.items():
+        if name not in expected:
+            raise UsageError(f"{name} is not a parameter of the spec")
+        if tuple(shape) != expected[name]:
+            raise UsageError(f"{name} is {list(shape)} here, {list(expected[name])} in the spec")
+    missing = sorted(set(expected) - set(converted))
+    if missing:
+        raise UsageError(f"the spec's {missing[0]} has no tensor ({len(missing)} missing)")
+
+
+def from_hf(result, options: CkptOptions) -> int:
+    import mindspore as ms
+
+    model = _model(options.source / "config.json")
+    files = _hf_files(options.source)
+    headers = {path: _header(path)[0] for path in set(files.values())}
+    absent = [n for n in hf_names(model) if n not in files]
+    if absent:
+        raise UsageError(f"{absent[0]} is not in {options.source} (another model?)")
+    dtypes = {name: headers[files[name]][name].dtype for name in hf_names(model)}
+    shapes = {name: headers[files[name]][name].shape for name in hf_names(model)}
+
+    def zeros(name: str) -> np.ndarray:  # shapes only: checked before any data is read
+        return np.broadcast_to(np.float32(0), shapes[name])
+
+    expected = spec_params(result)
+    check_against_spec({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+
+    def load(name: str) -> np.ndarray:
+        array, dtype = read_tensor(files[name], name)
+        return as_float32(array, dtype)
+
+    dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}
+    param = dtype[result.spec.model.param_dtype.value]
+    params = [
+        {"name": n, "data": ms.Tensor(np.ascontiguousarray(a), dtype=param)}
+        for n, a in to_msgen(model, load)
+    ]
+    _fresh_folder(options.output, options.force)
+    tmp = options.output / ".model.msgen-new.ckpt"  # save_checkpoint appends .ckpt otherwise
+    try:
+        ms.save_checkpoint(params, str(tmp))
+        os.replace(tmp, options.output / INIT_FILE)
+    finally:
+        tmp.unlink(missing_ok=True)
+    config = json.loads((options.source / "config.json").read_text(encoding="utf-8"))
+    source = {"config": config, "dtypes": dtypes}
+    _write_bytes(options.output / SOURCE_FILE, [json.dumps(source, indent=1).encode()])
+    print(f"wrote {options.output / INIT_FILE}: {len(params)} parameters", file=sys.stderr)
+    return EXIT_OK
+
+
+def newest_checkpoint(folder: Path) -> Path:
+    """from-hf's model.ckpt, or the newest step of a one-rank run folder."""
+    if (folder / INIT_FILE).is_file():
+        return folder / INIT_FILE
+    ranks = sorted(folder.glob("rank_*"))
+    if len(ranks) > 1:
+        raise UsageError(f"{folder} holds {len(ranks)} ranks' slices: merge them first")
+    steps = sorted(
+        (int(m.group(1)), p)
+        for p in (ranks[0] if ranks else folder).glob("step_*.ckpt")
+        if (m := re.fullmatch(r"step_(\d+)\.ckpt", p.name))
+    )
+    if not steps:
+        raise UsageError(f"{folder} holds no {INIT_FILE} and no step_*.ckpt")
+    return steps[-1][1]
+
+
+def to_hf_command(result, options: CkptOptions) -> int:
+    import mindspore as ms
+
+    source_file = (options.origin or options.source) / SOURCE_FILE
+    if not source_file.is_file():
+        raise UsageError(f"{source_file} not found: name the folder from-hf wrote with --from-hf")
+    source = json.loads(source_file.read_text(encoding="utf-8"))
+    model = model_of(source["config"])
+    checkpoint = newest_checkpoint(options.source)
+    try:
+        saved = ms.load_checkpoint(str(checkpoint))
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise UsageError(f"cannot read {checkpoint}: {exc}") from exc
+    expected = spec_params(result)
+    check_against_spec({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
+
+    def get(name: str) -> np.ndarray:
+        return saved[name].float().asnumpy()
+
+    tensors = {}
+    for name, array in to_hf(model, get):
+        kind = source["dtypes"].get(name, "F32")
+        tensors[name] = (from_float32(array, kind), kind)
+    _fresh_folder(options.output, options.force)
+    shards = _shards(tensors, options.shard_bytes)
+    for file, names in shards.items():
+        _write_bytes(
+            options.output / file, encode({n: tensors[n] for n in names}, {"format": "pt"})
+        )
+    if len(shards) > 1:
+        index = {
+            "metadata": {"total_size": sum(t[0].nbytes for t in tensors.values())},
+            "weight_map": {n: f for f, names in shards.items() for n in sorted(names)},
+        }
+        _write_bytes(
+            options.output / "model.safetensors.index.json", [json.dumps(index, indent=2).encode()]
+        )
+    _write_bytes(options.output / "config.json", [json.dumps(source["config"], indent=2).encode()])
+    print(f"wrote {options.output}: {len(tensors)} tensors from {checkpoint}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _shards(tensors: dict, limit: int) -> dict[str, list[str]]:
+    """File name -> tensor names, in name order, each file at most about `limit`."""
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name in sorted(tensors):
+        nbytes = tensors[name][0].nbytes
+        if groups[-1] and size + nbytes > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    if len(groups) == 1:
+        return {"model.safetensors": groups[0]}
+    n = len(groups)
+    return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}

@@ -1,0 +1,218 @@
+"""Hugging Face weights in and out, held against transformers' own modelling code:
+`import hf` -> `ckpt from-hf` -> the generated model's logits equal transformers'
+(fp32, 1e-4), and `ckpt to-hf` gives back the source tensors bit for bit (fp32 and bf16),
+as files transformers loads."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msgen.cli import main
+from msgen.hf.tensors import encode, read_header, read_tensor
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+ms = pytest.importorskip("mindspore")
+
+SEQ = 32
+MODELS = {
+    # GQA: 4 query heads over 2 kv heads
+    "llama": ("LlamaConfig", {"num_key_value_heads": 2}),
+    # tied embeddings and q/k/v biases
+    "qwen2": ("Qwen2Config", {"num_key_value_heads": 2, "tie_word_embeddings": True}),
+    # a sliding window shorter than seq
+    "mistral": ("MistralConfig", {"num_key_value_heads": 1, "sliding_window": 8}),
+}
+
+
+def msgen(*args) -> tuple[int, str]:
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, err.getvalue()
+
+
+def hf_model(family: str, folder: Path, dtype) -> object:
+    name, extra = MODELS[family]
+    config = getattr(transformers, name)(
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        vocab_size=128,
+        max_position_embeddings=SEQ,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        **extra,
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():  # far from uniform logits, so a misplaced weight shows
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+    model = model.to(dtype)
+    model.save_pretrained(folder, safe_serialization=True)
+    return model
+
+
+def compiled_network(spec: Path, out: Path):
+    code, err = msgen("compile", spec, "-o", out)
+    assert code == 0, err
+    name = next(p for p in out.iterdir() if p.is_dir())
+    module_spec = importlib.util.spec_from_file_location(f"m_{id(out)}", name / "model.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    network = [
+        v
+        for v in vars(module).values()
+        if isinstance(v, type) and (v.__doc__ or "").startswith("The network:")
+    ]
+    return network[0]()
+
+
+def msgen_logits(net, tokens: np.ndarray) -> np.ndarray:
+    """emb -> each repeated layer in order -> norm -> logits, as the network's
+    construct runs them (without the loss)."""
+    x = net.emb(ms.Tensor(tokens, ms.int32))
+    for kind in ("decoder", "decoder_swa"):
+        for cell in getattr(net, kind, []):
+            x = cell(x)
+    x = net.norm(x)
+    tied = type(net.logits).__name__ == "TiedLinear"
+    return (net.logits(x, net.emb.table) if tied else net.logits(x)).asnumpy()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pynative():
+    ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
+
+
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_imported_weights_give_transformers_logits(tmp_path, family):
+    model = hf_model(family, tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    code, err = msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)
+    assert code == 0, err
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")
+    assert code == 0, err
+    net = compiled_network(spec, tmp_path / "gen")
+    missing, _ = ms.load_param_into_net(
+        net, ms.load_checkpoint(str(tmp_path / "init" / "model.ckpt"))
+    )
+    assert not missing
+    tokens = np.random.default_rng(1).integers(0, 128, size=(2, SEQ))
+    with torch.no_grad():
+        expected = model(torch.tensor(tokens)).logits.numpy()
+    got = msgen_logits(net, tokens)
+    assert np.abs(got - expected).max() < 1e-4 * max(1.0, np.abs(expected).max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_to_hf_gives_back_the_source_bit_for_bit(tmp_path, family, dtype):
+    hf_model(family, tmp_path / "hf", getattr(torch, dtype))
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")[0] == 0
+    code, err = msgen("ckpt", "to-hf", spec, tmp_path / "init", "-o", tmp_path / "back")
+    assert code == 0, err
+    source = tmp_path / "hf" / "model.safetensors"
+    back = tmp_path / "back" / "model.safetensors"
+    entries, _, _ = read_header(source)
+    assert set(read_header(back)[0]) == set(entries)  # no lm_head.weight when tied
+    for name in entries:
+        a, a_type = read_tensor(source, name)
+        b, b_type = read_tensor(back, name)
+        assert a_type == b_type and a.shape == b.shape and np.array_equal(a, b), name
+    # transformers loads what to-hf wrote
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back")
+    assert again.config.model_type == family
+
+
+def test_a_transposed_array_is_written_in_its_logical_order(tmp_path):
+    """safetensors 0.8.0 writes a non-contiguous array's memory order (upstream
+    issue 825); msgen's writer writes the logical order, read back by safetensors."""
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    weight = np.arange(12, dtype=np.float32).reshape(3, 4).T  # a view, not contiguous
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(b"".join(encode({"w": (weight, "F32")}, {})))
+    assert np.array_equal(safetensors_numpy.load_file(str(path))["w"], weight)
+
+
+def test_a_tensor_of_another_shape_is_refused_before_writing(tmp_path):
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init",
+                      "--set", "model.ffn=128")  # fmt: skip
+    assert code == 2 and "decoder.0.gate.weight is [64, 96] here, [64, 128] in the spec" in err
+    assert not (tmp_path / "init").exists()
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    index = {"weight_map": {"model.embed_tokens.weight": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "hf" / "model.safetensors.index.json").write_text(json.dumps(index))
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")
+    assert code == 2 and "missing shard" in err and "model-00002-of-00002" in err
+
+
+def test_another_models_weights_are_refused(tmp_path):
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    hf_model("qwen2", tmp_path / "other", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "other", "-o", tmp_path / "init")
+    assert code == 2 and "not a parameter of the spec" in err
+    assert "Traceback" not in err and not (tmp_path / "init").exists()
+
+
+@pytest.mark.slow
+def test_trained_from_hf_weights_goes_back_to_transformers(tmp_path):
+    """import hf -> from-hf -> train.py --init-from, 3 steps -> to-hf: transformers loads
+    the result, and its logits equal the generated model's with the trained weights."""
+    import subprocess
+
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    text = spec.read_text().replace("global_batch = 64", "global_batch = 2")
+    spec.write_text(text.replace("micro_batches = 64", "micro_batches = 2"))
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")[0] == 0
+    net = compiled_network(spec, tmp_path / "gen")
+    tree = next(p for p in (tmp_path / "gen").iterdir() if p.is_dir())
+    run = subprocess.run(
+        [sys.executable, "train.py", "--standalone", "--synthetic", "--steps", "3"]
+        + ["--init-from", str(tmp_path / "init"), "--output", str(tmp_path / "out")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, err = msgen("ckpt", "to-hf", spec, tmp_path / "out", "--from-hf", tmp_path / "init",
+                      "-o", tmp_path / "back")  # fmt: skip
+    assert code == 0, err
+    trained = ms.load_checkpoint(str(sorted((tmp_path / "out" / "rank_0").glob("step_*.ckpt"))[-1]))
+    init = ms.load_checkpoint(str(tmp_path / "init" / "model.ckpt"))
+    # trained from the imported weights (3 warm-up steps move them by ~1e-6; a random
+    # start is ~0.2 away), and trained: they moved
+    moved = [np.abs(trained[n].asnumpy() - init[n].asnumpy()).max() for n in init]
+    assert max(moved) < 1e-3 and max(moved) > 0
+    ms.load_param_into_net(net, trained)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "back")
+    tokens = np.random.default_rng(2).integers(0, 128, size=(2, SEQ))
+    with torch.no_grad():
+        expected = again(torch.tensor(tokens)).logits.numpy()
+    got = msgen_logits(net, tokens)
+    assert np.abs(got - expected).max() < 1e-4 * max(1.0, np.abs(expected).max())
