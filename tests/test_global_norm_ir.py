@@ -72,7 +72,7 @@ def test_every_gradient_reaches_its_tagged_expand_dims_through_the_allowed_ops(c
         "MS_DEV_SAVE_GRAPHS_PATH": str(graphs),
     }
     proc = subprocess.run(
-        [sys.executable, "train.py", "--standalone", "--synthetic", "--steps", "0"],
+        [sys.executable, "train.py", "--standalone", "--synthetic", "--steps", "1"],
         cwd=tree,
         env=env,
         capture_output=True,

@@ -11,12 +11,12 @@ pp > 1 is refused until one can be shown.
 
 from __future__ import annotations
 
-from msgen.analysis.facts import Facts
 from msgen.diagnostics import Diagnostic, error
 from msgen.ir.models import Spec
 
 
-def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
+def check_evaluation(spec: Spec) -> list[Diagnostic]:
+    """MSL514, one of the training settings' checks (msgen/checks/train.py)."""
     train = spec.train
     if train.valid is None or spec.mesh.pp <= 1:
         return []

@@ -11,9 +11,7 @@ import sys
 
 from msgen.emit.context import ModelContext
 from msgen.ops import OPS
-from msgen.ops.imports import LAZY_INLINE, SHELL, Import, parse
-
-DROPOUT = ("import itertools", "import mindspore as ms")  # model.py.j2's dropout_seeds
+from msgen.ops.imports import DROPOUT, LAZY_INLINE, SHELL, Import, parse
 
 
 def _member_order(imp: Import) -> tuple[int, str, str, str]:
