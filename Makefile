@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.msgen-installed
 
-.PHONY: all demo test tables generate fuzz bootstrap clean distclean
+.PHONY: all demo test test-slow tables generate fuzz bootstrap clean distclean
 
 all: test
 
@@ -34,7 +34,11 @@ generate: tables
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/black --check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
+
+# The longer MindSpore runs (.ci/run runs them after `make test`).
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -m slow
 
 # The fuzz campaign: 10,000 mutated and hostile specs; prints cases/s and any crash.
 fuzz: $(STAMP)

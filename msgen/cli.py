@@ -105,7 +105,9 @@ def cmd_estimate(args) -> int:
     from msgen.commands.estimate import EstimateOptions, estimate_command
 
     result = _analyze(args.file, args.error_format, args.set, what_if=True)
-    options = EstimateOptions(Path(args.file), args.json, args.svg, tuple(args.set))
+    options = EstimateOptions(
+        Path(args.file), args.json, args.svg, tuple(args.set), _calibrated(args, result)
+    )
     return estimate_command(result, options)
 
 
@@ -116,7 +118,7 @@ def cmd_plan(args) -> int:
     write = Path(args.write) if args.write is not None else None
     options = PlanOptions(
         Path(args.file), args.top, args.json, args.objective, write, args.pick, args.force,
-        tuple(args.set),
+        tuple(args.set), _calibrated(args, result),
     )  # fmt: skip
     return plan_command(result, options)
 
@@ -127,6 +129,13 @@ def cmd_compile(args) -> int:
     result = _analyze(args.file, args.error_format, args.set)
     if not result.ok:
         return EXIT_ERRORS
+    if args.rehearsal:
+        from msgen.commands.rehearsal import rehearsal_sets
+
+        sets, changes = rehearsal_sets(Path(args.file), args.set)
+        for change in changes:
+            sys.stderr.write(f"rehearsal: {change}\n")
+        result = _analyze(args.file, args.error_format, [*args.set, *sets])
     options = CompileOptions(Path(args.file), Path(args.output), args.check, args.force)
     return compile_command(result, options)
 
@@ -248,6 +257,56 @@ def cmd_explain(args) -> int:
     return EXIT_OK
 
 
+def _calibrated(args, result):
+    """`--calibration FILE`: the spec's device with the file's values; None without it
+    (or when the spec did not lower: its errors are reported as they are)."""
+    if not args.calibration or result.spec is None:
+        return None
+    from msgen.runs import RunError
+    from msgen.runs.calibrate import calibrated_device
+
+    try:
+        return calibrated_device(Path(args.calibration), result.spec.cluster.device)
+    except RunError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def add_calibration_option(p) -> None:
+    p.add_argument("--calibration", metavar="FILE",
+                   help="time on the spec's device as `msgen calibrate` fitted it to your "
+                   "runs (the built-in catalogue stays as it is)")  # fmt: skip
+
+
+def _run_tool(command, options) -> int:
+    """A run tool (msgen.runs) with the front end that prints a spec's diagnostics."""
+    from msgen.runs import RunError
+
+    try:
+        return command(options, lambda spec: _analyze(str(spec), "text"))
+    except RunError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def cmd_calibrate(args) -> int:
+    from msgen.runs.command import CalibrateOptions, calibrate_command
+
+    fit = tuple(args.fit.split(",")) if args.fit else None
+    out = Path(args.out_file) if args.out_file else None
+    spec = Path(args.spec) if args.spec else None
+    options = CalibrateOptions(tuple(map(Path, args.runs)), spec, fit, out, args.force)
+    return _run_tool(calibrate_command, options)
+
+
+def cmd_report(args) -> int:
+    from msgen.runs.command import ReportOptions, report_command
+
+    html, svg, spec, calibration = (
+        Path(x) if x else None for x in (args.html, args.svg, args.spec, args.calibration)
+    )
+    options = ReportOptions(Path(args.run), spec, args.json, html, svg, calibration)
+    return _run_tool(report_command, options)
+
+
 def _spec_command(sub, name, help_text, func, many=False):
     p = sub.add_parser(name, help=help_text, description=help_text)
     if many:
@@ -283,6 +342,7 @@ def _estimate_command(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the estimate as JSON")
     p.add_argument("--svg", metavar="FILE", help="also draw the stages as a stacked-bar SVG")
     add_set_option(p)
+    add_calibration_option(p)
 
 
 def _plan_command(sub) -> None:
@@ -298,6 +358,7 @@ def _plan_command(sub) -> None:
                    help="with --write: the N-th plan (default 1)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="with --write: replace an existing FILE")
     add_set_option(p)
+    add_calibration_option(p)
 
 
 def _compile_command(sub) -> None:
@@ -308,6 +369,8 @@ def _compile_command(sub) -> None:
                    help="write nothing; print a diff and exit 3 if the tree is stale")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="overwrite files in the output folder that msgen did not write")  # fmt: skip
+    p.add_argument("--rehearsal", action="store_true",
+                   help="the smallest dims the mesh allows, for train.py --rehearse on a laptop")  # fmt: skip
     add_set_option(p)
 
 
@@ -436,6 +499,39 @@ def _explain_command(sub) -> None:
     p.set_defaults(func=cmd_explain)
 
 
+def _report_command(sub) -> None:
+    text = "read a training run back: summary, alarms, predicted against measured"
+    p = sub.add_parser("report", help=text, description=text + ". Exit 0 healthy, 1 an "
+                       "alarm fired, 2 usage.")  # fmt: skip
+    p.add_argument("run", metavar="RUN_DIR", help="train.py's --output folder (rank_*/log.csv)")
+    p.add_argument("--spec", metavar="SPEC",
+                   help="hold the run against this spec's estimate (default: the spec "
+                   "run.json names, when it is here)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    drawing = p.add_mutually_exclusive_group()
+    drawing.add_argument("--html", metavar="FILE", help="also write the report and its "
+                         "plots as one self-contained HTML file")  # fmt: skip
+    drawing.add_argument("--svg", metavar="FILE", help="also write the plots as one SVG")
+    add_calibration_option(p)
+    p.set_defaults(func=cmd_report)
+
+
+def _calibrate_command(sub) -> None:
+    text = "fit the time model's device parameters to the step times of your runs"
+    p = sub.add_parser("calibrate", help=text, description=text + ", with the fit the "
+                       "device catalogue is calibrated with; the catalogue is not changed")  # fmt: skip
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py's --output folders")
+    p.add_argument("--spec", metavar="SPEC",
+                   help="the spec every run ran (default: the one each run.json names)")  # fmt: skip
+    p.add_argument("--fit", metavar="P,...",
+                   help="the parameters to fit (default: matmul_efficiency, memory_efficiency "
+                   "and the links the runs use); at most one per run")  # fmt: skip
+    p.add_argument("-o", dest="out_file", metavar="FILE",
+                   help="write the fitted values to FILE, for --calibration")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace an existing FILE")
+    p.set_defaults(func=cmd_calibrate)
+
+
 # Each subcommand's definition, in the order `msgen --help` lists them.
 SUBCOMMANDS = {
     "check": _check_command,
@@ -449,6 +545,8 @@ SUBCOMMANDS = {
     "ckpt": _ckpt_command,
     "fmt": _fmt_command,
     "explain": _explain_command,
+    "report": _report_command,
+    "calibrate": _calibrate_command,
 }
 
 

@@ -427,6 +427,14 @@ CODES: dict[str, tuple[str, str]] = {
         '`data = mindrecord("train.mindrecord", valid = "valid.mindrecord")` (`msgen data '
         "--valid 0.01` writes both). With a validation set and no eval_every, it is 1000.",
     ),
+    "MSL514": (
+        "evaluation under a pipeline",
+        "train.py's validation runs the network forward only. With pp > 1 that would be the "
+        "training pipeline without its backward pass, and MindSpore's pipeline pass labels "
+        "micro-batches only in training graphs; MindSpore's Model and mindformers evaluate "
+        "the bare network instead, a path not yet shown to work here. Remove `valid` and "
+        "eval_every, or train with pp = 1.",
+    ),
     # data
     "MSL601": (
         "tokenizer does not fit the vocabulary",

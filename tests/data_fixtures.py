@@ -39,10 +39,25 @@ def write_jsonl(path: Path, docs: list[str]) -> Path:
     return path
 
 
-def write_spec(folder: Path, train_lines: str = "", vocab: int = VOCAB) -> Path:
-    """specs/tiny.msl with `vocab` and extra lines at the end of its train block."""
+# tiny's mesh without its pipeline (dp 4, tp 2, pp 1; 2 micro-batches keep the global
+# batch of 8): a validation set needs pp = 1 (MSL514)
+NO_PIPELINE = (
+    ("    dp = 2\n", "    dp = 4\n"),
+    ("    pp = 2 ", "    pp = 1 "),
+    ("    micro_batches = 4 ", "    micro_batches = 2 "),
+)
+
+
+def write_spec(
+    folder: Path, train_lines: str = "", vocab: int = VOCAB, pipeline: bool = True
+) -> Path:
+    """specs/tiny.msl with `vocab` and extra lines at the end of its train block; without
+    its pipeline stages when not `pipeline`."""
     folder.mkdir(parents=True, exist_ok=True)
     text = TINY.read_text(encoding="utf-8").replace("vocab  = 256", f"vocab  = {vocab}")
+    for old, new in () if pipeline else NO_PIPELINE:
+        assert old in text
+        text = text.replace(old, new)
     last = "    seed         = 1234          # no data: only --synthetic runs\n"
     assert last in text
     text = text.replace(last, last + train_lines)

@@ -399,7 +399,10 @@ def test_settings(line, found):
     ],
 )  # fmt: skip
 def test_data_line_names_train_and_valid_sets(lines, data, valid, eval_every):
-    result = check((LAST, LAST + "".join(f"    {line}\n" for line in lines)))
+    no_pipeline = ("    pp = 2\n", "    pp = 1\n")  # validation under a pipeline is MSL514
+    result = check(
+        no_pipeline, PER_NODE_4, (LAST, LAST + "".join(f"    {line}\n" for line in lines))
+    )
     assert result.ok, result.diagnostics
     assert (result.spec.train.data, result.spec.train.valid) == (data, valid)
     assert result.spec.train.eval_every == eval_every

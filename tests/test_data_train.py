@@ -24,7 +24,7 @@ def test_text_to_a_falling_loss(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # as a user runs it: relative paths, from one folder
     topics = tmp_path / "topics.txt"
     topics.write_text("\n\n".join(english()), encoding="utf-8")
-    spec = write_spec(tmp_path / "spec")
+    spec = write_spec(tmp_path / "spec", pipeline=False)
     status, stdout, err = msgen(
         "data", spec, topics, ZH, "--paragraphs", "--train-tokenizer", "--valid", "0.05",
         "-o", "data",
@@ -33,7 +33,7 @@ def test_text_to_a_falling_loss(tmp_path, monkeypatch):
     # the line it prints, pasted as printed into the train block
     (line,) = stdout.splitlines()
     assert line.startswith("    data = mindrecord(") and 'valid = "' in line
-    spec = write_spec(tmp_path / "spec", f"    {line.strip()}\n")
+    spec = write_spec(tmp_path / "spec", f"    {line.strip()}\n", pipeline=False)
     meta = json.loads((tmp_path / "data" / "dataset.json").read_text())
     assert meta["counts"]["train"]["steps"] >= STEPS  # one pass covers the run
     assert meta["counts"]["normalized_characters"] > 100

@@ -57,3 +57,40 @@ def test_elsewhere_the_composed_path_runs(name):
         assert not cell.flash and not hasattr(cell, "attend")
         seq = plan(name).spec.model.dims["seq"]
         assert cell.mask.shape == (cell.size * seq, seq)  # the additive causal mask
+
+
+def test_flash_evaluation_runs_without_dropout(monkeypatch):
+    """The flash kernel's keep_prob is fixed when it is built, so evaluation needs a
+    kernel of its own with keep_prob 1.0, chosen when the cell is not training, as the
+    composed path skips its dropout then (tiny_mixed: flash with attention dropout)."""
+    import ast
+    import inspect
+
+    import mindspore as ms
+
+    get_context = ms.get_context
+    monkeypatch.setattr(
+        ms, "get_context", lambda key: "Ascend" if key == "device_target" else get_context(key)
+    )
+    cells = attention_cells("tiny_mixed")
+    for cell in cells:
+        assert cell.p > 0
+        assert cell.attend.attrs["keep_prob"] == 1.0
+        assert cell.attend_dropout.attrs["keep_prob"] == pytest.approx(1.0 - cell.p)
+    construct = ast.parse(
+        inspect.getsource(type(cells[0]).construct).strip().replace("\n    ", "\n")
+    )
+
+    def guards(node: ast.AST) -> list[str]:
+        """The conditions the dropout kernel's call is nested in, outermost first."""
+        for child in ast.iter_child_nodes(node):
+            if "self.attend_dropout(" in ast.unparse(child):
+                inner = guards(child)
+                in_body = isinstance(child, ast.If) and any(
+                    "self.attend_dropout(" in ast.unparse(b) for b in child.body
+                )
+                return ([ast.unparse(child.test)] if in_body else []) + inner
+        return []
+
+    found = guards(construct)
+    assert found and "self.training" in found[-1], found

@@ -61,3 +61,13 @@ def test_a_linked_model_folder_is_refused(tmp_path, capsys, dangling):
     assert "File exists" not in err and "tiny/." not in err
     assert not elsewhere.exists() or list(elsewhere.iterdir()) == []
     assert (out / "tiny").is_symlink()
+
+
+def test_a_manifest_nested_past_the_json_parser_is_damaged_not_a_crash(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert compile_into(out) == 0
+    (out / "tiny" / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert compile_into(out) == 2
+    assert "manifest.json is damaged" in capsys.readouterr().err
+    assert compile_into(out, "--check") in (2, 3)
+    assert compile_into(out, "--force") == 0

@@ -29,7 +29,15 @@ LAYERS = (
     ("emit", ("msgen.emit",)),
     (
         "command",
-        ("msgen.commands", "msgen.data", "msgen.doctor", "msgen.review", "msgen.hf", "msgen.cli"),
+        (
+            "msgen.commands",
+            "msgen.data",
+            "msgen.doctor",
+            "msgen.review",
+            "msgen.hf",
+            "msgen.runs",
+            "msgen.cli",
+        ),
     ),
 )
 

@@ -184,6 +184,19 @@ NOT_RUN = {
     "msgen data specs/gpt7b.msl corpus/ --train-tokenizer --valid 0.01 -o data/gpt7b/",
     "msgen data specs/gpt7b.msl corpus.jsonl --train-tokenizer --valid 0.01",
     "msgen data specs/gpt7b.msl shards/ --tokenizer gpt2/tokenizer.json --dedup -o data/gpt7b/",
+    # `msgen report` reads a training run's output folder, which a checkout does not
+    # hold; tests/test_run_report.py runs it on real runs.
+    "msgen report output/",
+    "msgen report output/ --html report.html",
+    "msgen report output/ --json",
+    "msgen report output/ --spec specs/gpt7b.msl",
+    "msgen report output/ --svg report.svg",
+    "msgen report output/ [--spec SPEC] [--html F | --svg F] [--json]",
+    # and `msgen calibrate` several runs' folders; tests/test_run_report_calibrate.py
+    # makes runs and fits them.
+    "msgen calibrate runs/a/ runs/b/ runs/c/ -o calibration.json",
+    "msgen calibrate runs/tp2/ runs/tp8/ runs/seq8k/ -o calibration.json",
+    "msgen estimate specs/gpt7b.msl --calibration calibration.json",
     # `msgen doctor` checks the host it runs on: this one is not gpt7b's node and has
     # neither its NPUs nor its data, so it rightly exits 1; tests/test_doctor.py runs
     # doctor on every spec here and on fake Ascend hosts.

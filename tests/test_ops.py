@@ -81,8 +81,8 @@ def names(source: str) -> tuple[set[str], set[str]]:
     return read, defined
 
 
-def fragment(helper: str, flash: bool, qk_norm: bool = True) -> str:
-    return template(f"ops/{helper}.py.j2").render(flash=flash, qk_norm=qk_norm)
+def fragment(helper: str, values: dict) -> str:
+    return template(f"ops/{helper}.py.j2").render(**values)
 
 
 def shell_names(name: str) -> set[str]:
@@ -91,7 +91,8 @@ def shell_names(name: str) -> set[str]:
     top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
     helpers = {h for op in OPS.values() for h in op.helpers}
-    return top - set().union(*(names(fragment(h, True))[1] for h in helpers))
+    every = {"flash": True, "dropout": True}  # each fragment with all it can define
+    return top - set().union(*(names(fragment(h, every))[1] for h in helpers))
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -100,10 +101,9 @@ def test_each_op_imports_what_its_code_uses(name):
     shell = shell_names(name) | bound(SHELL) | set(dir(builtins))
     for op in ctx.ops():
         snippet = OPS[op.kind].code(op, ctx)
-        flash = bool(op.setting("flash"))
         sources = [snippet.make, snippet.call]
-        qk_norm = bool(op.setting("qk_norm"))
-        sources += [fragment(snippet.helper, flash, qk_norm)] if snippet.helper else []
+        values = OPS[op.kind].helper_values([op])  # what emit renders the fragment with
+        sources += [fragment(snippet.helper, values)] if snippet.helper else []
         read, defined = set(), set()
         for source in sources:
             r, d = names(source)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
+from fnmatch import fnmatch
 from math import prod
 from pathlib import Path
 
@@ -112,13 +114,94 @@ def rule_global_gradient_norm(folder: Path) -> list[str]:
     if not any(f"{name}(" in text for name in tagged for text in feeds):
         return ["the gradient norm does not go through the grad_scale ExpandDims"]
     problems = []
-    if "ops.square(g).sum()" not in " ".join(feeds):
+    if "self.reduce_sum(ops.square(g))" not in " ".join(feeds):
         problems.append("the norm is not the square sum of the gradients")
     if "GRAD_CLIP" in ast.unparse(construct) and "norm" not in depends_on(
         "clip", assignments(construct)
     ):
         problems.append("the clip does not use the global norm")
     return problems
+
+
+def rule_gradient_factor_is_a_tensor(folder: Path) -> list[str]:
+    """The gradients are unscaled by a Tensor factor: with a Python float the product
+    compiles to `Muls`, which public revisions of the global-norm pass
+    (parallel_postprocessor.cc, the walk from a gradient to the grad_scale ExpandDims)
+    do not allow, and the norm silently stays per rank. mindformers core/clip_grad.py
+    multiplies by Tensors too."""
+    module = ast.parse((folder / "train.py").read_text())
+    construct = method(module, "TrainStep", "construct")
+    values = [ast.unparse(v) for v in assignments(construct).get("factor", [])]
+    if not values:
+        return ["no gradient factor"]
+    init = assignments(method(module, "TrainStep", "__init__"))
+    problems = []
+    for value in values:
+        if value == "self.factor":
+            value = " ".join(ast.unparse(v) for v in init.get("self.factor", []))
+            if not value.startswith("Tensor("):
+                problems.append(f"self.factor = {value}: not a Tensor")
+        elif "scale" not in value:
+            problems.append(f"factor = {value}: not a Tensor")
+    return problems
+
+
+def rule_reducer_follows_the_parallel_optimizer(folder: Path) -> list[str]:
+    """Under semi-auto parallel a step of micro-batches (pp > 1 or micro_batches > 1)
+    reads its gradients through GradReducer, whose `opt_shard` must be exactly "the
+    parallel optimizer is on" (zero > 0, `hsdp`): the micro-step mirror's bprop returns
+    the gradient with it and the constant 1.0 without, having written the gradient to
+    `accu_grads` (ops/_grad_experimental/grad_comm_ops.py). The rehearsal's stand-in
+    takes the same flag. A step of one micro-batch builds no buffer."""
+    doc = plan_of(folder)
+    if not semi_auto(doc):
+        return []
+    module = ast.parse((folder / "train.py").read_text())
+    zero = doc["estimate"]["zero"]
+    text = ast.unparse(module)
+    problems = []
+    hsdp = f"cell.hsdp(optimizer_level='level{zero}')" in text
+    if hsdp != (zero > 0):
+        problems.append(f"hsdp {hsdp} with zero = {zero}")
+    calls = [
+        n
+        for n in ast.walk(module)
+        if isinstance(n, ast.Call) and ast.unparse(n.func) in ("GradReducer", "RehearsedMirror")
+    ]
+    accumulates = doc["mesh"]["pp"] > 1 or doc["micro_batches"] > 1
+    if {ast.unparse(c.func) for c in calls} != (
+        {"GradReducer", "RehearsedMirror"} if accumulates else set()
+    ):
+        problems.append(
+            f"reducer cells {sorted(ast.unparse(c.func) for c in calls)}, accumulating {accumulates}"
+        )
+    for call in calls:
+        (flag,) = [k.value for k in call.keywords if k.arg == "opt_shard"] or [None]
+        value = None if flag is None else eval(ast.unparse(flag), {}, {"ZERO": zero})
+        if value is not (zero > 0):
+            problems.append(f"{ast.unparse(call)}: opt_shard is {value} with zero = {zero}")
+    return problems
+
+
+def rule_evaluation_skips_the_pipeline(folder: Path) -> list[str]:
+    """The eval cell never runs the training `Pipeline` wrapper forward-only: MindSpore's
+    pipeline pass labels micro-batches only in training graphs (pipeline_interleave.cc,
+    LabelMicroBatch), so a validation set with pp > 1 is refused at check time (MSL514)
+    and no tree with a pipeline builds an EvalStep."""
+    module = ast.parse((folder / "train.py").read_text())
+    calls = {
+        ast.unparse(n.func): n
+        for n in ast.walk(function(module, "build"))
+        if isinstance(n, ast.Call) and ast.unparse(n.func) in ("EvalStep", "TrainStep")
+    }
+    if "EvalStep" not in calls:
+        return []
+    if plan_of(folder)["mesh"]["pp"] > 1:
+        return ["an eval cell under a pipeline"]
+    wrapped = ast.unparse(calls["EvalStep"].args[0])
+    if wrapped == "step_cell.network":
+        wrapped = ast.unparse(calls["TrainStep"].args[0])
+    return [f"the eval cell wraps {wrapped}"] if wrapped.startswith("Pipeline(") else []
 
 
 def rule_overflow_verdict_is_shared(folder: Path) -> list[str]:
@@ -226,12 +309,23 @@ def rule_checkpoints_hold_the_ranks_own_slices(folder: Path) -> list[str]:
 def rule_strategy_file_per_rank(folder: Path) -> list[str]:
     """Each semi-auto rank writes the parallel strategy file next to its checkpoints, so
     they can be merged or moved to another mesh (AutoParallel.save_param_strategy_file,
-    parallel/auto_parallel.py; written when the step compiles)."""
+    parallel/auto_parallel.py; written when the step compiles). It must not match
+    `*.ckpt`: transform_checkpoints takes the last `*.ckpt` of a rank folder as its
+    checkpoint and merge_pipeline_strategys globs them (parallel/checkpoint_transform.py);
+    and it records every parameter, moments included (only_trainable_params off), since
+    a parameter missing from it is copied through unresharded."""
     main = ast.unparse(function(ast.parse((folder / "train.py").read_text()), "main"))
-    wanted = "step_cell.save_param_strategy_file(str(folder / 'strategy.ckpt'))"
-    if semi_auto(plan_of(folder)) and wanted not in main:
+    if not semi_auto(plan_of(folder)):
+        return []
+    saved = re.findall(r"step_cell\.save_param_strategy_file\(str\(folder / '([^']+)'\)\)", main)
+    if not saved:
         return ["no parallel strategy file in the rank's folder"]
-    return []
+    problems = [
+        f"the strategy file {name} matches *.ckpt" for name in saved if fnmatch(name, "*.ckpt")
+    ]
+    if "step_cell.disable_strategy_file_only_for_trainable_params()" not in main:
+        problems.append("the strategy file records trainable parameters only")
+    return problems
 
 
 def rule_lazy_inline_on_ascend(folder: Path) -> list[str]:
@@ -265,13 +359,13 @@ def rule_lazy_inline_on_ascend(folder: Path) -> list[str]:
 def rule_parallel_mode_follows_the_mesh(folder: Path) -> list[str]:
     """tp = pp = 1 and zero = 0: MindSpore's data-parallel mode (what its CPU build runs
     under msrun) with a DistributedGradReducer averaging the gradients
-    (nn/wrap/grad_reducer.py); anything else: AutoParallel semi_auto with the
-    PipelineGradReducer of the accumulated gradients (parallel/nn/parallel_grad_reducer.py)."""
+    (nn/wrap/grad_reducer.py); anything else: AutoParallel semi_auto."""
     module = ast.parse((folder / "train.py").read_text())
     main = ast.unparse(function(module, "main"))
     data_parallel = (
         "parallel_mode=ms.ParallelMode.DATA_PARALLEL" in main
-        and "nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=DP)" in main
+        and "nn.DistributedGradReducer(optimizer.parameters, mean=True, degree=DP)"
+        in ast.unparse(function(module, "build"))
     )
     semi = (
         "step_cell = semi_auto(step_cell)" in main
@@ -285,6 +379,9 @@ def rule_parallel_mode_follows_the_mesh(folder: Path) -> list[str]:
 
 RULES = (
     rule_global_gradient_norm,
+    rule_gradient_factor_is_a_tensor,
+    rule_reducer_follows_the_parallel_optimizer,
+    rule_evaluation_skips_the_pipeline,
     rule_overflow_verdict_is_shared,
     rule_dataset_strategy_matches_the_reads,
     rule_checkpoints_hold_the_ranks_own_slices,
@@ -293,13 +390,31 @@ RULES = (
     rule_parallel_mode_follows_the_mesh,
 )
 
-# One way to break each rule: (tree, file, text, replacement).
+# A plausible mistake that breaks each rule: (tree, file, text, replacement).
 BREAKS = {
     rule_global_gradient_norm: (
         "gpt7b",
         "train.py",
-        "grad_scale_expand_dims(ops.cast(ops.square(g).sum(), mstype.float32), 0)",
-        "ops.cast(ops.square(g).sum(), mstype.float32)",
+        "ops.cast(self.reduce_sum(ops.square(g)), mstype.float32), 0",
+        "ops.cast(self.reduce_sum(ops.abs(g)), mstype.float32), 0",
+    ),
+    rule_gradient_factor_is_a_tensor: (
+        "tiny",
+        "train.py",
+        "self.factor = Tensor(1.0 / MICRO_BATCHES, mstype.float32)",
+        "self.factor = 1.0 / MICRO_BATCHES",
+    ),
+    rule_reducer_follows_the_parallel_optimizer: (
+        "tiny",
+        "train.py",
+        "reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 0)",
+        "reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 1)",
+    ),
+    rule_evaluation_skips_the_pipeline: (
+        "tiny_dp",
+        "train.py",
+        "eval_cell=EvalStep(step_cell.network, distributed)",
+        "eval_cell=EvalStep(Pipeline(network, MICRO_BATCHES), distributed)",
     ),
     rule_overflow_verdict_is_shared: (
         "llama13b",
@@ -322,8 +437,8 @@ BREAKS = {
     rule_strategy_file_per_rank: (
         "llama13b",
         "train.py",
+        'step_cell.save_param_strategy_file(str(folder / "strategy.json"))',
         'step_cell.save_param_strategy_file(str(folder / "strategy.ckpt"))',
-        "",
     ),
     rule_lazy_inline_on_ascend: ("gpt7b", "model.py", "    @lazy_inline_on_ascend\n", ""),
     rule_parallel_mode_follows_the_mesh: (

@@ -9,6 +9,7 @@ the layer. Shard strategies are logical (whole-model) shapes split per mesh axis
 they take effect under semi-auto parallel and are ignored stand-alone.
 """
 
+import itertools
 from functools import cache, wraps
 
 import mindspore as ms
@@ -91,6 +92,17 @@ def lazy_inline_on_ascend(init):
     return init_network
 
 
+DROPOUT_BUILT = itertools.count(1)
+
+
+def dropout_seeds():
+    """(Seed0, Seed1) of the next dropout primitive built: the global seed (train.py
+    sets it before the network is built) and the primitive's place in the build order,
+    so each draws its own stream, the same on every run. With both 0 MindSpore lets the
+    kernel pick fresh seeds each run (common/seed.py, _get_graph_seed)."""
+    return ms.get_seed() or 0, next(DROPOUT_BUILT)
+
+
 # The constant tables below are built once and shared by every layer: one copy per
 # layer would cost (layers - 1) times their size, in host and in device memory.
 
@@ -171,8 +183,6 @@ class Attention(nn.Cell):
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
         self.softmax = ops.Softmax().shard((four,))
-        if p > 0:
-            self.dropout = ops.Dropout(1.0 - p).shard((four,))
         self.pv = ops.BatchMatMul().shard((four, four))
 
     def rotate(self, x, cos, sin):
@@ -374,7 +384,7 @@ class Decoder(nn.Cell):
         self.proj = Linear(
             4096, 4096, matmul=((4, 2), (2, 1)), bias=((4, 1), (1,)), std=0.0025
         )
-        self.d1 = ops.Dropout(0.9).shard(((4, 1, 1),))
+        self.d1 = ops.Dropout(0.9, *dropout_seeds()).shard(((4, 1, 1),))
         self.h = ops.Add().shard(((4, 1, 1), (4, 1, 1)))
         self.ln2 = LayerNorm(4096, eps=1e-05, norm=((4, 1, 1), (1,), (1,)))
         self.up = Linear(4096, 16384, matmul=((4, 1), (1, 2)), bias=((4, 2), (2,)))
@@ -382,7 +392,7 @@ class Decoder(nn.Cell):
         self.down = Linear(
             16384, 4096, matmul=((4, 2), (2, 1)), bias=((4, 1), (1,)), std=0.0025
         )
-        self.d2 = ops.Dropout(0.9).shard(((4, 1, 1),))
+        self.d2 = ops.Dropout(0.9, *dropout_seeds()).shard(((4, 1, 1),))
         self.output = ops.Add().shard(((4, 1, 1), (4, 1, 1)))
 
     def construct(self, x):

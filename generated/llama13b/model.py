@@ -147,16 +147,11 @@ class Attention(nn.Cell):
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
         self.softmax = ops.Softmax().shard((four,))
-        if p > 0:
-            self.dropout = ops.Dropout(1.0 - p).shard((four,))
         self.pv = ops.BatchMatMul().shard((four, four))
         if self.flash:
             self.flash_mask = flash_causal_mask() if causal else None
             strategy = (four, four, four)
-            if p > 0:
-                self.keep_prob = Tensor(1.0 - p, COMPUTE_DTYPE)
-                self.gen_mask = ops.DropoutGenMask()
-                strategy += (four,)
+            mask_strategy = ((1, 1),) if causal else ()
             # Causal: sparse_mode 2 with the compressed mask computes only the lower
             # triangle; the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute
             # the masked half too (FlashAttentionScore's docstring, ops/operations/nn_ops.py;
@@ -166,11 +161,11 @@ class Attention(nn.Cell):
             band = {"next_tokens": 0, "sparse_mode": 2} if causal else {}
             if window:
                 band = {"pre_tokens": window - 1, "next_tokens": 0, "sparse_mode": 4}
-            if causal:
-                strategy += ((1, 1),)
+            # keep_prob is fixed when the kernel is built: evaluation (self.training
+            # False) runs this one, with no dropout, as the composed path does.
             self.attend = FlashAttentionScore(
-                heads, 1.0 - p, head_dim**-0.5, input_layout="BNSD", **band
-            ).shard(strategy)
+                heads, 1.0, head_dim**-0.5, input_layout="BNSD", **band
+            ).shard(strategy + mask_strategy)
 
     def rotate(self, x, cos, sin):
         """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
@@ -197,12 +192,8 @@ class Attention(nn.Cell):
             q = self.rotate(q, self.cos_q, self.sin_q)
             k = self.rotate(k, self.cos_k, self.sin_k)
         if self.flash:
-            drop = None
-            if self.p > 0:
-                bits = self.gen_mask((b, self.heads, s, s), self.keep_prob)
-                drop = bits.reshape(b, self.heads, s, s // 8)
             q = q.reshape(b, self.heads, s, d)
-            out = self.attend(q, k, v, None, drop, None, self.flash_mask)[3]
+            out = self.attend(q, k, v, None, None, None, self.flash_mask)[3]
         else:
             out = self.attend_composed(q, k, v)
         # [b, g, r, s, d] -> [b, s, g, r, d] -> [b, s, heads * d]

@@ -15,17 +15,32 @@ schedule position, data position.
 The mesh splits more than the batch, so the run uses MindSpore's semi-auto
 parallel mode with the shard strategies of model.py; a rank saves only its own
 slices, plus the parallel strategy file that merging or resharding them needs.
+
+    python train.py --rehearse --synthetic --steps 2   # what the cluster builds, on the CPU
+
+`--rehearse` builds in one CPU process everything a rank builds (the gradient
+reducer, the micro-batch wrapper, the loss-scale and overflow logic, the eval
+cell, the checkpoint filter), with a stand-in for what the parallel pass inserts
+instead of the communication, and runs the whole global batch as `--standalone`
+does; it writes `rehearsal.json` beside the log.
 """
 
 import argparse
 import csv
+import hashlib
+import json
 import math
 import os
+import platform
+import socket
 import sys
 import time
+from datetime import datetime, timezone
 from fnmatch import fnmatch
 from pathlib import Path
+from types import SimpleNamespace
 
+import hostinfo
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, amp, nn, ops
@@ -34,7 +49,7 @@ from mindspore.communication import get_group_size, get_rank, init
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 from mindspore.nn.optim.optimizer import Optimizer
 from mindspore.parallel.auto_parallel import AutoParallel
-from mindspore.parallel.nn import Pipeline, PipelineGradReducer
+from mindspore.parallel.nn import Pipeline
 from mindspore.profiler import profile, schedule, tensorboard_trace_handler
 from model import Tiny
 
@@ -45,6 +60,7 @@ STEP_ROWS = MICRO_BATCH * DP * MICRO_BATCHES  # sequences per step, all replicas
 SEQ = 32
 VOCAB = 256
 SEED = 1234
+ZERO = 1  # the parallel optimizer's level (hsdp); 0: off
 DATA = None
 VALID = None
 SYNTHETIC_SEQUENCES = 16
@@ -87,6 +103,7 @@ LOG_FIELDS = (
     "mfu",
     "valid_loss",
     "valid_perplexity",
+    "peak_memory_bytes",
 )
 # MFU = MODEL_FLOPS_PER_STEP / (step time * devices * PEAK_FLOPS): the model FLOPs of one
 # step over all devices, as `msgen estimate` counts them (Korthikanti et al. 2022), and
@@ -174,6 +191,93 @@ class AdamW(Optimizer):
         return result
 
 
+take_gradient = ops.MultitypeFuncGraph("take_gradient")
+take_accumulated = ops.MultitypeFuncGraph("take_accumulated")
+rehearse_mirror = ops.MultitypeFuncGraph("rehearse_mirror")
+
+
+@take_gradient.register("Tensor", "Tensor", "Tensor")
+def _take_gradient(factor, grad, accu_grad):
+    """With the parallel optimizer: the gradient as the mirror returned it; the buffer
+    cleared for the next step."""
+    taken = grad * ops.cast(factor, grad.dtype)
+    accu_grad = ops.depend(accu_grad, taken)
+    return ops.depend(taken, ops.assign(accu_grad, ops.zeros_like(accu_grad)))
+
+
+@take_accumulated.register("Tensor", "Tensor", "Tensor")
+def _take_accumulated(factor, grad, accu_grad):
+    """Without it: the gradient the mirror wrote into the buffer (`grad` is its
+    constant 1.0, read only to order the read after the backward pass); then cleared."""
+    accu_grad = ops.depend(accu_grad, grad)
+    taken = accu_grad * ops.cast(factor, accu_grad.dtype)
+    accu_grad = ops.depend(accu_grad, taken)
+    return ops.depend(taken, ops.assign(accu_grad, ops.zeros_like(accu_grad)))
+
+
+@rehearse_mirror.register("Bool", "Tensor", "Tensor")
+def _rehearse_mirror(opt_shard, grad, accu_grad):
+    """--rehearse: one parameter's micro-step mirror, its bprop on one process."""
+    added = ops.assign_add(accu_grad, grad)
+    if opt_shard:
+        return ops.depend(grad, added)
+    return ops.depend(ops.ones_like(grad), added)
+
+
+class GradReducer(nn.Cell):
+    """The step's accumulated gradients times `factor`, from where semi-auto parallel
+    leaves them; the buffer is then cleared for the next step.
+
+    A step of micro-batches needs an `accu_grads.*` clone of the parameters: the
+    parallel pass puts a micro-step mirror (`_MirrorMicroStepOperator`) on every
+    parameter when the pipeline has stages (CreateMirrorOps in the frontend's
+    operator_info.cc; the insertion fails without `accu_grads`), and mindformers builds
+    the same buffer for gradient accumulation (wrapper/wrapper.py,
+    MFPipelineWithLossScaleCell, chosen for it in trainer/base_trainer.py). The mirror's
+    bprop (ops/_grad_experimental/grad_comm_ops.py,
+    get_bprop_mirror_micro_step_operator) returns the reduced gradient as the
+    parameter's gradient with the parallel optimizer on (`opt_shard`, zero > 0), and
+    otherwise the constant 1.0, having written the reduced gradient into the buffer.
+    MindSpore's PipelineGradReducer reads an undefined name on that second path
+    (parallel/nn/parallel_grad_reducer.py, `construct`), so this is msgen's own, as
+    mindformers' is (the `accu_grad` branches of wrapper/wrapper.py).
+    """
+
+    def __init__(self, parameters, opt_shard):
+        super().__init__(auto_prefix=False)
+        self.accu_grads = parameters.clone(prefix="accu_grads", init="zeros")
+        self.opt_shard = opt_shard
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, grads, factor):
+        if self.opt_shard:
+            return self.hyper_map(
+                ops.partial(take_gradient, factor), grads, self.accu_grads
+            )
+        return self.hyper_map(
+            ops.partial(take_accumulated, factor), grads, self.accu_grads
+        )
+
+
+class RehearsedMirror(nn.Cell):
+    """--rehearse only, in place of what the parallel pass inserts: each gradient (the
+    micro-batches' sum) is added into `accu_grads`, and the step receives what the
+    micro-step mirror's bprop returns: the gradient with the parallel optimizer on, the
+    constant 1.0 without (ops/_grad_experimental/grad_comm_ops.py). So GradReducer sees
+    the inputs it sees on the cluster."""
+
+    def __init__(self, accu_grads, opt_shard):
+        super().__init__(auto_prefix=False)
+        self.accu_grads = accu_grads
+        self.opt_shard = opt_shard
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, grads):
+        return self.hyper_map(
+            ops.partial(rehearse_mirror, self.opt_shard), grads, self.accu_grads
+        )
+
+
 class TrainStep(nn.Cell):
     """One optimizer step over MICRO_BATCHES micro-batches.
 
@@ -183,13 +287,18 @@ class TrainStep(nn.Cell):
     Returns (loss summed over the micro-batches, global gradient norm, learning rate, skipped).
     """
 
-    def __init__(self, network, optimizer, reducer, distributed):
+    def __init__(self, network, optimizer, reducer, mirror, distributed):
         super().__init__(auto_prefix=False)
         self.network = network
         self.optimizer = optimizer
         self.weights = optimizer.parameters
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        # A Tensor, not a Python float: the gradients' product with it stays a Mul,
+        # which the global-norm pass walks through (see grad_scale_expand_dims).
+        self.factor = Tensor(1.0 / MICRO_BATCHES, mstype.float32)
         self.reducer = reducer
+        self.mirror = mirror  # --rehearse only
+        self.reduce_sum = ops.ReduceSum()
         # amp.all_finite looks at this rank's gradients only; the verdict is summed over
         # all ranks, as MindSpore's own loss-scale cells do (nn/wrap/loss_scale.py), so
         # all skip together (the parallel optimizer's collectives stay matched) and the
@@ -203,16 +312,21 @@ class TrainStep(nn.Cell):
         grads = self.grad(self.network, self.weights)(
             tokens, labels, ops.ones_like(loss)
         )
+        factor = self.factor
+        if self.mirror is not None:
+            grads = self.mirror(grads)
         if self.reducer is not None:
-            grads = self.reducer(grads)
-        factor = 1.0 / MICRO_BATCHES
-        grads = tuple(g * factor for g in grads)
+            grads = self.reducer(grads, factor)
+        else:
+            grads = tuple(g * ops.cast(factor, g.dtype) for g in grads)
         skipped = ops.cast(ops.logical_not(amp.all_finite(grads)), mstype.float32)
         if self.all_ranks is not None:
             skipped = self.all_ranks(skipped)
         finite = skipped < 0.5
         square_sums = [
-            grad_scale_expand_dims(ops.cast(ops.square(g).sum(), mstype.float32), 0)
+            grad_scale_expand_dims(
+                ops.cast(self.reduce_sum(ops.square(g)), mstype.float32), 0
+            )
             for g in grads
         ]
         norm = ops.sqrt(ops.addn(square_sums))
@@ -249,6 +363,34 @@ def parameter_groups(network):
         {"params": no_decay, "weight_decay": 0.0},
         {"order_params": params},
     ]
+
+
+def build(distributed, rehearse):
+    """The network, its optimizer and the cells of a step, as every rank builds them
+    before semi-auto parallel wraps the step; `rehearse` builds the same on one process
+    with the stand-in for what the parallel pass inserts (RehearsedMirror)."""
+    network = Tiny()
+    optimizer = AdamW(parameter_groups(network), WarmupCosine())
+    reducer = mirror = None
+    if distributed or rehearse:
+        # Semi-auto parallel accumulates the micro-batches' gradients in a buffer that
+        # the reducer reads and clears; stand-alone, the micro-batch sum is one graph.
+        reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 0)
+    if rehearse:
+        mirror = RehearsedMirror(reducer.accu_grads, opt_shard=ZERO > 0)
+    step_cell = TrainStep(
+        Pipeline(network, MICRO_BATCHES),
+        optimizer,
+        reducer,
+        mirror,
+        distributed,
+    )
+    step_cell.set_train()  # dropout on
+    return SimpleNamespace(
+        network=network,
+        optimizer=optimizer,
+        step_cell=step_cell,
+    )
 
 
 def synthetic_batches(shards, shard, start_step):
@@ -290,8 +432,8 @@ def init_weights(path, network, distributed):
     params = {p.name: p for p in network.get_parameters()}
     if distributed and any(p.sliced for p in params.values()):
         fail(
-            "--init-from loads whole weights: this mesh slices them; run it stand-alone "
-            "or on a data-parallel mesh"
+            "--init-from loads whole weights, and this mesh slices them: run it "
+            "stand-alone or on a data-parallel mesh"
         )
     try:
         saved = ms.load_checkpoint(str(path))
@@ -336,6 +478,83 @@ def restore(folder, state, chosen=None):
     for name, p in state.items():
         p.set_data(saved[name])
     return step
+
+
+def write_rehearsal(path, step_cell):
+    """--rehearse: the cells the step was built of and every parameter of the step
+    cell with its shape, for review beside the log."""
+    cells = {"step": type(step_cell).__name__}
+    cells.update(
+        (name, type(cell).__name__) for name, cell in step_cell.name_cells().items()
+    )
+    parameters = {p.name: list(p.shape) for p in step_cell.get_parameters()}
+    doc = {"cells": cells, "parameters": parameters}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+# Environment variables that change how MindSpore, HCCL and the launch behave.
+RUN_ENV = ("ASCEND_", "DEVICE_ID", "GLOG_", "HCCL_", "MASTER_", "MS_", "RANK_")
+
+
+def mindspore_commit():
+    """The commit MindSpore was built from: its build writes `.commit_id` into the
+    package (`__commit_id__ = '[sha1]:<hex>,[branch]:...'`); None without it."""
+    path = Path(ms.__file__).parent / ".commit_id"
+    if not path.is_file():
+        return None
+    return path.read_text().partition("[sha1]:")[2].split(",")[0].strip("'\n ") or None
+
+
+def write_run_json(folder, rank, world, start):
+    """`run.json` in the rank's folder: the spec, the generated tree, the software,
+    the host and the command line of this run. A resumed run (`start` > 0) appends
+    a segment to those there; `msgen report` holds the ranks' against each other."""
+    path = folder / "run.json"
+    segments = []
+    if start and path.is_file():
+        try:
+            segments = json.loads(path.read_text())["segments"]
+        except (ValueError, KeyError):
+            segments = []  # unreadable: this run's segment stands alone
+    # The tree's own record of its spec and of msgen: compile writes it beside train.py.
+    manifest = Path(__file__).resolve().parent / "manifest.json"
+    made = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    digest = hashlib.sha256(manifest.read_bytes()).hexdigest() if made else None
+    stack = hostinfo.stack_versions(os.environ, platform.machine())
+    versions = {
+        "msgen": made.get("msgen_version"),
+        "mindspore": hostinfo.mindspore_version(),
+        "mindspore_commit": mindspore_commit(),
+        "python": platform.python_version(),
+        "cann": stack["cann"],
+        "driver": stack["driver"],
+    }
+    files = {"cann": stack["cann_file"], "driver": stack["driver_file"]}
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(RUN_ENV)}
+    segments.append(
+        {
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "start_step": start,
+            "rank": rank,
+            "world": world,
+            "host": socket.gethostname(),
+            "argv": sys.argv,
+            "spec": {
+                "name": "tiny",
+                "path": made.get("spec"),
+                "sha256": made.get("spec_sha256"),
+            },
+            "manifest_sha256": digest,
+            "tokens_per_step": STEP_ROWS * SEQ,
+            "mesh": {"dp": DP, "tp": TP, "pp": PP},
+            "versions": versions,
+            "version_files": files,
+            "env": env,
+        }
+    )
+    staged = folder / "run.json.partial"
+    staged.write_text(json.dumps({"segments": segments}, indent=2) + "\n")
+    staged.replace(path)
 
 
 # What makes a rank's folder hold a run: a run never starts over one unless told
@@ -549,16 +768,20 @@ def parse_args():
         metavar="N",
         help="profile N steps after the first",
     )
+    parser.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="one CPU process that builds and runs what the cluster run does",
+    )
     args = parser.parse_args()
+    if args.rehearse and args.standalone:
+        parser.error("--rehearse and --standalone exclude each other")
     if args.init_from and args.resume:
-        fail(
-            "--init-from starts a new run from weights; --resume continues one: pick one"
-        )
+        fail("--init-from starts a new run, --resume continues one: give one of them")
     if args.init_from and not (args.init_from / INIT_FILE).is_file():
-        fail(
-            f"--init-from: no {args.init_from / INIT_FILE} (write it with msgen ckpt from-hf)"
-        )
-    if not args.standalone and not launched():
+        made = "msgen ckpt from-hf writes it"
+        fail(f"--init-from: no {args.init_from / INIT_FILE} ({made})")
+    if not (args.standalone or args.rehearse) and not launched():
         fail(
             "no launcher started this process: run launch/msrun.sh NODE_RANK on each node "
             "(one process per device), or add --standalone for one process"
@@ -585,8 +808,10 @@ def main():
         fail("the spec names no data: run with --synthetic")
     batches = synthetic_batches
     ms.set_context(mode=ms.GRAPH_MODE)
+    if args.rehearse:
+        ms.set_context(device_target="CPU")
     ms.runtime.set_memory(max_size="58GB")  # the spec's memory budget
-    if args.standalone:
+    if args.standalone or args.rehearse:
         rank, world = 0, 1
     else:
         init()
@@ -595,7 +820,7 @@ def main():
             raise SystemExit(
                 f"the mesh needs {DP * TP * PP} processes (dp * tp * pp), not {world}"
             )
-    distributed = not args.standalone
+    distributed = not (args.standalone or args.rehearse)
     # rank = (stage * DP + dp_index) * TP + tp_index; a tp group reads the same samples.
     stage, dp_index = rank // (DP * TP), rank // TP % DP
     shards, shard = (DP, dp_index) if distributed else (1, 0)
@@ -612,22 +837,18 @@ def main():
             f"and --steps {args.steps} leaves no step to run"
         )
 
-    network = Tiny()
-    optimizer = AdamW(parameter_groups(network), WarmupCosine())
-    reducer = None
-    if distributed:
-        # MindSpore keeps the accumulated micro-batch gradients in a buffer that the
-        # reducer reads and clears; stand-alone, the micro-batch sum is one graph.
-        reducer = PipelineGradReducer(optimizer.parameters, opt_shard=True)
-    step_cell = TrainStep(
-        Pipeline(network, MICRO_BATCHES), optimizer, reducer, distributed
-    )
-    step_cell.set_train()  # dropout on
+    built = build(distributed, args.rehearse)
+    network, optimizer, step_cell = built.network, built.optimizer, built.step_cell
     if distributed:
         step_cell = semi_auto(step_cell)
         # Written when the step compiles: how this rank's slices fit the logical
-        # parameters, for merging or resharding the checkpoints later.
-        step_cell.save_param_strategy_file(str(folder / "strategy.ckpt"))
+        # parameters, for merging or resharding the checkpoints later. JSON (by its
+        # extension, context.py strategy_ckpt_config), so that no `*.ckpt` glob of
+        # the rank folder takes it for a checkpoint: transform_checkpoints uses the
+        # last `*.ckpt` there (parallel/checkpoint_transform.py). Every parameter,
+        # moments included, or a missing one is copied through unresharded.
+        step_cell.save_param_strategy_file(str(folder / "strategy.json"))
+        step_cell.disable_strategy_file_only_for_trainable_params()
     state = state_parameters(network, optimizer)
     # Compile first: under semi-auto parallel the parameters take their slice shapes then.
     ids = Tensor(np.zeros((STEP_ROWS // shards, SEQ), np.int32))
@@ -638,6 +859,8 @@ def main():
     if prints:
         print(f"compiled in {time.perf_counter() - compile_began:.1f} s", flush=True)
     state = own_state(state, sliced=distributed)
+    if args.rehearse:
+        write_rehearsal(folder / "rehearsal.json", step_cell)
 
     if args.dryrun:
         # MindSpore's dry run (launch/dryrun.sh: msrun --sim_level 1 --sim_rank_id R):
@@ -652,6 +875,7 @@ def main():
     if args.init_from:
         init_weights(args.init_from / INIT_FILE, network, distributed)
     data = batches(shards, shard, start)
+    write_run_json(folder, rank, world, start)
     print(
         f"rank {rank}: steps {start} -> {args.steps}, {STEP_ROWS} sequences of {SEQ} tokens per step",
         flush=True,
@@ -670,11 +894,14 @@ def main():
         log = csv.writer(log_file)
         for step in range(start + 1, args.steps + 1):
             tokens, labels = next(data)
+            # mindspore/runtime/memory.py: the peak since the last reset (0 on the CPU).
+            ms.runtime.reset_max_memory_allocated()
             began = time.perf_counter()
             loss, norm, lr, skipped = step_cell(Tensor(tokens), Tensor(labels))
             # The mean over the global batch; the other stages hold no loss.
             loss = float(loss.asnumpy()) / MICRO_BATCHES if last_stage else None
             took = time.perf_counter() - began
+            peak_memory = ms.runtime.max_memory_allocated() or None
             loss_scale = 1.0
             skipped = int(skipped.asnumpy())
             skipped_total += skipped
@@ -696,6 +923,7 @@ def main():
                 mfu,
                 valid_loss,
                 valid_perplexity,
+                peak_memory,
             )
             log.writerow(
                 "" if v is None else f"{v:.6g}" if isinstance(v, float) else v

@@ -136,8 +136,6 @@ class Attention(nn.Cell):
         self.qk = ops.BatchMatMul(transpose_b=True).shard((four, four))
         self.scale = ops.Mul().shard((four, ()))
         self.softmax = ops.Softmax().shard((four,))
-        if p > 0:
-            self.dropout = ops.Dropout(1.0 - p).shard((four,))
         self.pv = ops.BatchMatMul().shard((four, four))
 
     def rotate(self, x, cos, sin):

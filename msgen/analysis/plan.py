@@ -96,7 +96,7 @@ class Plan:
 
     @property
     def total_layers(self) -> int:
-        return self.spec.network.total_layers
+        return sum(r.count for r in self.repeats)
 
     @cached_property
     def stage_split(self) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ import fnmatch
 
 from msgen.analysis.facts import Facts
 from msgen.analysis.globs import matches_some
+from msgen.checks.evaluation import check_evaluation
 from msgen.diagnostics import Diagnostic, Span, did_you_mean, error, warning
 from msgen.ir.models import Call, Spec
 from msgen.ir.schema import OPTIMIZERS, REQUIRED, SCHEDULES, FusionKind, LossScale
@@ -444,4 +445,5 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
         + check_buckets(spec)
         + check_patterns(spec, facts)
         + check_fusion_kinds(spec)
+        + check_evaluation(spec)
     )

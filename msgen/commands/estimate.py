@@ -24,6 +24,7 @@ class EstimateOptions:
     json: bool = False
     svg: str | None = None  # a file name, or `-` for stdout
     overrides: tuple[str, ...] = ()
+    device: object | None = None  # the spec's device as calibrated (`--calibration`)
 
 
 def write_svg(name: str, spec: Path, svg: str) -> None:
@@ -42,7 +43,7 @@ def estimate_command(result, options: EstimateOptions) -> int:
         return EXIT_ERRORS
     plan = Plan(result.spec, result.facts)
     est = estimate(plan)
-    timing = step_time(plan, est)
+    timing = step_time(plan, est, options.device)
     if options.json:
         report = estimate_report(est, timing).model_dump(mode="json")
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -29,6 +29,7 @@ class PlanOptions:
     pick: int | None = None  # None: the first, if it keeps the headroom
     force: bool = False  # replace an existing `write`
     sets: tuple[str, ...] = ()  # --set: the spec searched from; their keys are pinned
+    device: object | None = None  # the spec's device as calibrated (`--calibration`)
 
 
 def plan_command(result, options: PlanOptions) -> int:
@@ -46,7 +47,12 @@ def plan_command(result, options: PlanOptions) -> int:
         )
     pick = options.pick or 1
     found = search(
-        result.spec, result.facts, options.objective, max(options.top, pick), options.sets
+        result.spec,
+        result.facts,
+        options.objective,
+        max(options.top, pick),
+        options.sets,
+        options.device,
     )
     shown = replace(found, plans=found.plans[: options.top])
     if options.json:

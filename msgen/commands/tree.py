@@ -86,7 +86,7 @@ def previous_manifest(folder: Path, force: bool = False) -> dict:
         files = doc["files"]
         if not isinstance(files, dict) or not all(map(_listed_path, files)):
             raise TypeError
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
         if force:
             return {}
         raise DamagedManifest(f"{MANIFEST} is damaged (not a manifest msgen wrote)") from None
@@ -281,7 +281,7 @@ def _comparable(rel: str, text: str) -> str:
         return text
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a manifest nested past the parser's depth
         return text
     if not isinstance(doc, dict):
         return text

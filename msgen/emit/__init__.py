@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 from msgen import __version__
 from msgen.analysis.plan import Plan
@@ -33,6 +34,16 @@ def manifest(files: dict[str, str], spec_path: str, sha256: str) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
+def hostinfo_py(header: tuple[str, str]) -> str:
+    """msgen.hostinfo's source as it is (stdlib only): train.py records the CANN and
+    driver versions in run.json with the reader `msgen doctor` checks them with. It keeps
+    msgen's own layout, so black is told to leave it alone."""
+    from msgen import hostinfo
+
+    source = Path(hostinfo.__file__).read_text(encoding="utf-8")
+    return "\n".join([*header, "# msgen/hostinfo.py, carried as it is.", "# fmt: off", source])
+
+
 def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     from msgen.emit.build import build_context
     from msgen.emit.launch import (
@@ -44,6 +55,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     )
     from msgen.emit.plan_json import plan_json
     from msgen.emit.render import render_model, render_train
+    from msgen.emit.strategy import strategy_files
     from msgen.estimate.memory import estimate
     from msgen.estimate.output import estimate_report
 
@@ -65,6 +77,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     files = {
         "model.py": render_model(context),
         "train.py": render_train(context),
+        "hostinfo.py": hostinfo_py(header_lines(spec_path, spec.sha256)),
         "launch/msrun.sh": msrun_script(launch),
         "launch/dryrun.sh": dryrun_script(launch),
         "plan.json": plan_json(
@@ -73,6 +86,9 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
             estimate_report(estimate(plan)).model_dump(mode="json", exclude={"time"}),
         ),
     }
+    mesh = spec.mesh
+    if mesh.tp > 1 or mesh.pp > 1 or spec.train.zero > 0:  # semi-auto: ranks write one
+        files.update(strategy_files(json.loads(files["plan.json"])))
     if cluster.device_ips is not None:
         files["hccl.json"] = rank_table_json(launch)
         files["launch/rank_table.sh"] = rank_table_script(launch)

@@ -154,10 +154,23 @@ class ModelContext:
         return camel(self.name)
 
     @property
-    def lazy_inline(self) -> bool:
-        """Micro-batches unroll the network once each into the step's graph (pipeline or
-        gradient accumulation): on Ascend the network is compiled once instead."""
+    def accumulates(self) -> bool:
+        """A step runs several micro-batches (pipeline or gradient accumulation): the
+        network is unrolled once per micro-batch, and semi-auto parallel accumulates the
+        gradients in `accu_grads` (train.py's GradReducer)."""
         return self.pp > 1 or self.micro_batches > 1
+
+    @property
+    def dropout(self) -> bool:
+        """Some op drops out (its `p` setting is above 0): model.py seeds each dropout
+        primitive (dropout_seeds)."""
+        return any((op.setting("p") or 0) > 0 for op in self.ops())
+
+    @property
+    def lazy_inline(self) -> bool:
+        """On Ascend an accumulating network is compiled once instead of once per
+        micro-batch."""
+        return self.accumulates
 
     @property
     def data_parallel(self) -> bool:

@@ -33,6 +33,7 @@ from msgen.diagnostics import has_errors
 from msgen.estimate.memory import Estimate, estimate, recompute_label
 from msgen.estimate.time import StepTime, step_time
 from msgen.estimate.whatif import apply
+from msgen.ir.devices import Device
 from msgen.ir.models import Spec
 from msgen.ir.schema import RecomputeMode, Schedule
 from msgen.ops import OPS
@@ -230,10 +231,16 @@ def rank_key(objective: str):
 
 
 def search(
-    spec: Spec, facts, objective: str = "time", top: int = 5, given: tuple[str, ...] = ()
+    spec: Spec,
+    facts,
+    objective: str = "time",
+    top: int = 5,
+    given: tuple[str, ...] = (),
+    device: Device | None = None,
 ) -> Search:
     """Every layout of the spec's devices that keeps the values of the keys `given` with
-    `--set` (the spec holds them), checked, estimated, and the fitting ones timed."""
+    `--set` (the spec holds them), checked, estimated, and the fitting ones timed (on
+    `device` when given: a calibration of the spec's)."""
     layers_total = sum(r.count for r in Plan(spec, facts).repeats)
     layer_names = sorted({n.args["layer"] for n in spec.network.ops if n.kind == "repeat"})
     modes = recompute_modes(spec, layer_names, facts.graphs)
@@ -266,9 +273,9 @@ def search(
         est = estimate(plan)
         if not est.fits:
             if smallest is None or est.peak.total_bytes < smallest.peak_bytes:
-                smallest = Ranked(layout, est, step_time(plan, est))
+                smallest = Ranked(layout, est, step_time(plan, est, device))
             continue
-        timing = step_time(plan, est)
+        timing = step_time(plan, est, device)
         if timing is not None:
             fitting.append(Ranked(layout, est, timing))
     fitting.sort(key=rank_key(objective))
@@ -277,7 +284,7 @@ def search(
     if as_written is None:
         plan = Plan(spec, facts)
         est = estimate(plan)
-        timing = step_time(plan, est)
+        timing = step_time(plan, est, device)
         as_written = Ranked(mine, est, timing) if timing else None
     return Search(
         as_written, spec_fits, tuple(fitting[:top]), searched, len(fitting), smallest, fixed

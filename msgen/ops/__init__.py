@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 from msgen.ops.base import OpDef
-from msgen.ops.imports import LAZY_INLINE, SHELL, bound
+from msgen.ops.imports import DROPOUT, LAZY_INLINE, SHELL, bound
 
 
 def _discover() -> dict[str, OpDef]:
@@ -39,7 +39,9 @@ CALLABLE = sorted(name for name in OPS if name not in OPERATORS.values())
 def imported_names() -> frozenset[str]:
     """Every name a generated model.py may import: its shell's, and each op's under
     any settings."""
-    return bound([*SHELL, *LAZY_INLINE, *(line for op in OPS.values() for line in op.imports_of())])
+    return bound(
+        [*SHELL, *LAZY_INLINE, *DROPOUT, *(line for op in OPS.values() for line in op.imports_of())]
+    )
 
 
 __all__ = ["OPS", "OPERATORS", "CALLABLE", "OpDef", "imported_names"]

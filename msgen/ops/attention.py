@@ -94,9 +94,11 @@ class Attention(OpDef):
         }
 
     def helper_values(self, ops):
-        # One Attention cell serves the model: it takes `flash` when any op asks for it.
+        # One Attention cell serves the model: it takes `flash` when any op asks for it,
+        # builds dropout primitives when any op drops out, and q/k norms when any has them.
         return {
             "flash": any(op.setting("flash") for op in ops),
+            "dropout": any(op.setting("p") > 0 for op in ops),
             "qk_norm": any(op.setting("qk_norm") for op in ops),
         }
 

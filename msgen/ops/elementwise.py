@@ -89,7 +89,8 @@ class Dropout(_Unary):
     def code(self, op, model):
         (x,) = op.inputs
         # ops.Dropout returns (output, mask); evaluation (set_train(False)) skips it.
-        make = f"ops.Dropout({1.0 - op.setting('p')!r}).shard({op.strategy('x')})"
+        # Seeded (model.py's dropout_seeds): unseeded, two runs drop different units.
+        make = f"ops.Dropout({1.0 - op.setting('p')!r}, *dropout_seeds()).shard({op.strategy('x')})"
         return Snippet(make, f"self.{op.name}({x})[0] if self.training else {x}")
 
     def saves(self, node, inputs, output, ctx):

@@ -22,6 +22,8 @@ LAZY_INLINE = (
     "from mindspore import lazy_inline",
     "from mindspore.communication import GlobalComm",
 )
+# model.py's dropout_seeds, when some op drops out (msgen.emit.context, `dropout`)
+DROPOUT = ("import itertools", "import mindspore as ms")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""`msgen report` and `msgen calibrate`: the run tools' commands.
+
+`msgen report RUN_DIR [--spec SPEC] [--html FILE | --svg FILE] [--json]
+[--calibration FILE]` reads a run back. It exits 0 when healthy, 1 when an alarm
+fires (a cron job or CI can page on it); a folder with no run, or a spec given with
+errors, is a usage error (RunError, exit 2).
+
+`msgen calibrate RUN_DIR... [--spec SPEC] [--fit P,...] [-o FILE [--force]]` fits the
+time model to the runs (msgen.runs.calibrate).
+
+`analyze(path)` is the compiler's front end as the command line runs it (printing the
+spec's diagnostics).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from msgen.commands.status import EXIT_OK, estimable
+from msgen.runs import RunError
+from msgen.runs.alarms import judge
+from msgen.runs.logs import Run, read_run
+from msgen.runs.output import run_report
+from msgen.runs.summary import compare, predict, summarize
+from msgen.runs.text import render
+
+EXIT_ALARM = 1
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    run: Path
+    spec: Path | None = None  # default: the spec run.json names, when it is here
+    json: bool = False
+    html: Path | None = None
+    svg: Path | None = None
+    calibration: Path | None = None
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    runs: tuple[Path, ...]
+    spec: Path | None = None  # default: each run's run.json spec
+    fit: tuple[str, ...] | None = None  # default: msgen.runs.calibrate.default_parameters
+    output: Path | None = None
+    force: bool = False  # replace an existing `output`
+
+
+def spec_named_in(run: Run) -> Path | None:
+    """The spec run.json names (as compile saw it: relative to where it ran), when
+    that file is here."""
+    for r in run.ranks:
+        path = ((r.provenance or {}).get("spec") or {}).get("path")
+        if isinstance(path, str) and Path(path).is_file():
+            return Path(path)
+    return None
+
+
+def prediction(run: Run, options: ReportOptions, analyze):
+    """The estimate to hold the run against, or None without a spec. A spec run.json
+    names that has errors leaves the report without one; a --spec with errors is a
+    usage error."""
+    from msgen.runs.calibrate import calibrated_device
+
+    spec = options.spec or spec_named_in(run)
+    if spec is None:
+        return None
+    result = analyze(spec)
+    if not estimable(result):
+        if options.spec is None:
+            return None
+        raise RunError(f"{spec} has errors: nothing to compare the run with")
+    device = None
+    if options.calibration:
+        device = calibrated_device(options.calibration, result.spec.cluster.device)
+    return predict(result, device)
+
+
+def report_command(options: ReportOptions, analyze) -> int:
+    from msgen.commands.files import write_output
+
+    run = read_run(options.run)
+    predicted = prediction(run, options, analyze)
+    summary = summarize(run, per_step=predicted.tokens_per_step if predicted else None)
+    alarms = judge(run)
+    comparison = compare(run, summary, predicted) if predicted else None
+    report = run_report(run, summary, alarms, comparison)
+    text = render(report)
+    if options.json:
+        sys.stdout.write(json.dumps(report.model_dump(mode="json"), indent=2) + "\n")
+    else:
+        sys.stdout.write(text)
+    if options.html or options.svg:
+        from msgen.runs.plots import render_html, render_svg
+
+        spec = options.spec or options.run
+        if options.html:
+            write_output("--html", str(options.html), spec, render_html(run, report, text))
+        else:
+            write_output("--svg", str(options.svg), spec, render_svg(run, report))
+    return EXIT_OK if report.healthy else EXIT_ALARM
+
+
+def calibrate_command(options: CalibrateOptions, analyze) -> int:
+    from msgen.commands.files import write_output
+    from msgen.runs.calibrate import calibrate, calibration_json, measured, render
+
+    runs = []
+    for folder in options.runs:
+        spec = options.spec or spec_named_in(read_run(folder))
+        if spec is None:
+            raise RunError(f"{folder}: its run.json names no spec here; give --spec")
+        result = analyze(spec)
+        if not estimable(result):
+            raise RunError(f"{spec} has errors: no time model to fit")
+        runs.append(measured(folder, result))
+    fit = calibrate(runs, options.fit)
+    sys.stdout.write(render(fit, runs))
+    if options.output:
+        if options.output.exists() and not options.force:
+            raise RunError(f"-o {options.output} exists; add --force to replace it")
+        spec = Path(runs[0].result.file)
+        write_output("-o", str(options.output), spec, calibration_json(fit, runs))
+    return EXIT_OK

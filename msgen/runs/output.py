@@ -1,0 +1,137 @@
+"""`msgen report --json`: the report as data. Its JSON schema is published as
+docs/report.schema.json (tests/test_run_report_parts.py keeps it in step).
+
+Bytes are per device; times in seconds; ratios are measured / predicted.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from msgen.runs.alarms import KINDS, Alarm
+from msgen.runs.logs import Run
+from msgen.runs.summary import Comparison, Summary, Versus
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RankReport(_Data):
+    rank: int
+    first_step: int | None
+    last_step: int
+    rows: int
+    run_json: bool = Field(description="the rank wrote run.json")
+    segments: int = Field(description="starts recorded in run.json (a resume adds one)")
+
+
+class SummaryReport(_Data):
+    rank: int = Field(description="the rank the summary reads: the lowest that logs a loss")
+    steps: int = Field(description="the last step logged")
+    tokens: int | None = Field(description="steps x tokens per step (run.json, else the spec)")
+    loss: float | None
+    loss_trend_per_100_steps: float | None = Field(
+        description="least-squares slope of the loss over the last 50 steps, per 100 steps"
+    )
+    valid_loss: float | None
+    valid_step: int | None
+    skipped: int = Field(description="updates skipped (gradients not finite)")
+    timed_from: int = Field(description="the first step the times are taken from")
+    step_time_s: float | None = Field(description="median")
+    step_time_p10_s: float | None
+    step_time_p90_s: float | None
+    tokens_per_s_per_device: float | None = Field(description="median")
+    mfu: float | None = Field(description="median")
+    peak_memory_bytes: int | None = Field(description="largest over steps and ranks")
+
+
+class VersusReport(_Data):
+    predicted: float
+    measured: float | None
+    ratio: float | None = Field(description="measured / predicted")
+
+
+class StageVersus(VersusReport):
+    stage: int
+
+
+class ComparisonReport(_Data):
+    spec: str
+    device: str
+    devices: int
+    step_s: VersusReport | None
+    tokens_per_s_per_device: VersusReport | None
+    mfu: VersusReport | None
+    peak_bytes: list[StageVersus]
+    notes: list[str]
+
+
+class AlarmReport(_Data):
+    kind: str = Field(json_schema_extra={"enum": list(KINDS)})
+    step: int = Field(description="the first step it shows at")
+    rank: int = Field(description="the first rank it shows on")
+    ranks: list[int] = Field(description="every rank it shows on at that step")
+    message: str
+
+
+class RunReport(_Data):
+    run: str
+    world: int
+    ranks: list[RankReport]
+    notes: list[str] = Field(description="what the run lacks: cut-short rows, missing files")
+    provenance: dict | None = Field(description="the reference rank's newest run.json segment")
+    summary: SummaryReport
+    predicted: ComparisonReport | None
+    alarms: list[AlarmReport]
+    healthy: bool = Field(description="no alarm (exit status 0; 1 otherwise)")
+
+
+def versus(v: Versus | None, **extra) -> dict | None:
+    return None if v is None else {"predicted": v.predicted, "measured": v.measured,
+                                   "ratio": v.ratio, **extra}  # fmt: skip
+
+
+def comparison_report(c: Comparison) -> ComparisonReport:
+    return ComparisonReport(
+        spec=c.spec,
+        device=c.device,
+        devices=c.devices,
+        step_s=versus(c.step_s),
+        tokens_per_s_per_device=versus(c.tokens_per_s_per_device),
+        mfu=versus(c.mfu),
+        peak_bytes=[versus(v, stage=stage) for stage, v in c.peak_bytes],
+        notes=list(c.notes),
+    )
+
+
+def run_report(
+    run: Run, summary: Summary, alarms: list[Alarm], comparison: Comparison | None
+) -> RunReport:
+    ref = run.rank(summary.rank)
+    return RunReport(
+        run=run.folder.as_posix(),
+        world=run.world,
+        ranks=[
+            RankReport(
+                rank=r.rank,
+                first_step=int(r.rows[0]["step"]) if r.rows else None,
+                last_step=r.last_step,
+                rows=len(r.rows),
+                run_json=bool(r.segments),
+                segments=len(r.segments),
+            )
+            for r in run.ranks
+        ],
+        notes=list(run.notes),
+        provenance=ref.provenance,
+        summary=SummaryReport(**vars(summary)),
+        predicted=comparison_report(comparison) if comparison else None,
+        alarms=[
+            AlarmReport(
+                kind=a.kind, step=a.step, rank=a.rank, ranks=list(a.ranks), message=a.message
+            )
+            for a in alarms
+        ],
+        healthy=not alarms,
+    )

@@ -1,0 +1,215 @@
+"""A run in numbers, and held against the estimate of its spec.
+
+The summary reads the reference rank: the lowest rank that logs a loss (the
+last pipeline stage's first rank, the one train.py prints from). Times,
+tokens/s and MFU are medians over the timed steps: those after the warm-up
+(alarms.Thresholds.warmup) when there are any, else every step but step 1
+(the graph compiles in it).
+
+Predicted against measured goes through the compiler's one entry point and the
+estimate modules (the numbers `msgen estimate --json` prints); each ratio is
+measured / predicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median, quantiles
+
+from msgen.runs.alarms import DEFAULT, Thresholds
+from msgen.runs.logs import RankLog, Run, finite
+
+TREND_STEPS = 50  # the loss trend is the least-squares slope over this many last steps
+
+
+@dataclass(frozen=True)
+class Summary:
+    rank: int  # the reference rank
+    steps: int
+    tokens: int | None
+    loss: float | None
+    loss_trend_per_100_steps: float | None
+    valid_loss: float | None
+    valid_step: int | None
+    skipped: int
+    timed_from: int  # the first timed step
+    step_time_s: float | None
+    step_time_p10_s: float | None
+    step_time_p90_s: float | None
+    tokens_per_s_per_device: float | None
+    mfu: float | None
+    peak_memory_bytes: int | None  # the largest over steps and ranks; None on the CPU
+
+
+def reference(run: Run) -> RankLog:
+    return next((r for r in run.ranks if any(finite(x) for _, x in r.series("loss"))), run.ranks[0])
+
+
+def timed_from(rank: RankLog, t: Thresholds) -> int:
+    warm = t.warmup(rank.last_step)
+    return warm + 1 if rank.last_step > warm else min(2, rank.last_step)
+
+
+def slope(points: list[tuple[int, float]]) -> float | None:
+    """The least-squares slope of value over step."""
+    if len(points) < 2:
+        return None
+    mx = sum(s for s, _ in points) / len(points)
+    my = sum(v for _, v in points) / len(points)
+    sxx = sum((s - mx) ** 2 for s, _ in points)
+    return sum((s - mx) * (v - my) for s, v in points) / sxx
+
+
+def mid(values: list[float]) -> float | None:
+    return median(values) if values else None
+
+
+def tokens_per_step(run: Run) -> int | None:
+    """run.json's, when a rank has one."""
+    known = [r.provenance.get("tokens_per_step") for r in run.ranks if r.provenance]
+    return next((n for n in known if isinstance(n, int)), None)
+
+
+def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) -> Summary:
+    """`per_step`: tokens per step when run.json does not say (from the spec)."""
+    ref = reference(run)
+    losses = [(s, x) for s, x in ref.series("loss") if finite(x)]
+    valid = [(s, x) for s, x in ref.series("valid_loss") if finite(x)]
+    first = timed_from(ref, t)
+    timed = [r for r in ref.rows if r["step"] >= first]
+
+    def column(name: str) -> list[float]:
+        return [r[name] for r in timed if finite(r.get(name))]
+
+    times = column("step_time")
+    cuts = quantiles(times, n=10, method="inclusive") if len(times) > 1 else None
+    speed = mid(column("tokens_per_s"))
+    memory = [x for r in run.ranks for _, x in r.series("peak_memory_bytes") if finite(x) and x > 0]
+    per_step = tokens_per_step(run) or per_step
+    trend = slope(losses[-TREND_STEPS:])
+    return Summary(
+        rank=ref.rank,
+        steps=ref.last_step,
+        tokens=per_step * ref.last_step if per_step else None,
+        loss=losses[-1][1] if losses else None,
+        loss_trend_per_100_steps=None if trend is None else trend * 100,
+        valid_loss=valid[-1][1] if valid else None,
+        valid_step=valid[-1][0] if valid else None,
+        skipped=int(sum(x for _, x in ref.series("skipped") if finite(x))),
+        timed_from=first,
+        step_time_s=mid(times),
+        step_time_p10_s=cuts[0] if cuts else mid(times),
+        step_time_p90_s=cuts[-1] if cuts else mid(times),
+        tokens_per_s_per_device=None if speed is None else speed / run.world,
+        mfu=mid(column("mfu")),
+        peak_memory_bytes=int(max(memory)) if memory else None,
+    )
+
+
+@dataclass(frozen=True)
+class Versus:
+    """Predicted against measured; `ratio` is measured / predicted."""
+
+    predicted: float
+    measured: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return (
+            None if self.measured is None or not self.predicted else self.measured / self.predicted
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    spec: str
+    device: str
+    devices: int
+    step_s: Versus | None
+    tokens_per_s_per_device: Versus | None
+    mfu: Versus | None
+    peak_bytes: tuple[tuple[int, Versus], ...]  # per stage
+    notes: tuple[str, ...]
+
+
+def stage_peaks(run: Run, ranks_per_stage: int) -> dict[int, int]:
+    """The largest measured peak memory of each stage's ranks."""
+    out: dict[int, int] = {}
+    for r in run.ranks:
+        for _, x in r.series("peak_memory_bytes"):
+            if finite(x) and x > 0:
+                stage = r.rank // ranks_per_stage
+                out[stage] = max(out.get(stage, 0), int(x))
+    return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What `msgen estimate` predicts for the spec."""
+
+    spec: str
+    sha256: str
+    device: str
+    devices: int
+    ranks_per_stage: int
+    tokens_per_step: int
+    step_s: float | None
+    tokens_per_s_per_device: float | None
+    mfu: float | None
+    stage_bytes: tuple[int, ...]
+
+
+def predict(result, device=None) -> Prediction:
+    """The estimate of the analysed spec `result` (msgen.compiler.Result, estimable);
+    `device` replaces the catalogue's (a calibration)."""
+    from msgen.analysis.plan import Plan
+    from msgen.estimate.flops import tokens_per_step as spec_tokens
+    from msgen.estimate.memory import estimate
+    from msgen.estimate.time import step_time
+
+    spec = result.spec
+    plan = Plan(spec, result.facts)
+    est = estimate(plan)
+    timing = step_time(plan, est, device)
+    mesh = spec.mesh
+    return Prediction(
+        spec=result.file,
+        sha256=spec.sha256,
+        device=est.device.name if est.device else "",
+        devices=mesh.dp * mesh.tp * mesh.pp,
+        ranks_per_stage=mesh.dp * mesh.tp,
+        tokens_per_step=spec_tokens(plan),
+        step_s=timing.step_s if timing else None,
+        tokens_per_s_per_device=timing.tokens_per_s_per_device if timing else None,
+        mfu=timing.mfu if timing else None,
+        stage_bytes=tuple(s.total_bytes for s in est.stages),
+    )
+
+
+def compare(run: Run, summary: Summary, p: Prediction) -> Comparison:
+    notes = []
+    hashes = {(r.provenance.get("spec") or {}).get("sha256") for r in run.ranks if r.provenance}
+    if hashes - {None, p.sha256}:
+        notes.append(f"the run was trained from another version of {p.spec} (sha256 differs)")
+    if run.world != p.devices:
+        notes.append(
+            f"the run had {run.world} process{'es' if run.world > 1 else ''}, the spec's mesh "
+            f"{p.devices} devices: the prediction is for the mesh"
+        )
+    if p.step_s is None:
+        notes.append(f"no step-time model for {p.device or 'this device'}")
+    peaks = stage_peaks(run, p.ranks_per_stage) if run.world == p.devices else {}
+
+    def versus(predicted, measured):
+        return Versus(predicted, measured) if predicted is not None else None
+
+    return Comparison(
+        spec=p.spec,
+        device=p.device,
+        devices=p.devices,
+        step_s=versus(p.step_s, summary.step_time_s),
+        tokens_per_s_per_device=versus(p.tokens_per_s_per_device, summary.tokens_per_s_per_device),
+        mfu=versus(p.mfu, summary.mfu),
+        peak_bytes=tuple((i, Versus(b, peaks.get(i))) for i, b in enumerate(p.stage_bytes)),
+        notes=tuple(notes),
+    )
