@@ -216,3 +216,19 @@ def test_trained_from_hf_weights_goes_back_to_transformers(tmp_path):
         expected = again(torch.tensor(tokens)).logits.numpy()
     got = msgen_logits(net, tokens)
     assert np.abs(got - expected).max() < 1e-4 * max(1.0, np.abs(expected).max())
+
+
+def test_a_tensor_its_shard_does_not_hold_is_named(tmp_path):
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    names = read_header(tmp_path / "hf" / "model.safetensors")[0]
+    weight_map = {n: "model.safetensors" for n in names}
+    weight_map["model.norm.weight"] = "extra.safetensors"  # the index says so; the file not
+    extra = encode({"x": (np.zeros(2, np.float32), "F32")}, {})
+    (tmp_path / "hf" / "extra.safetensors").write_bytes(b"".join(extra))
+    index = {"weight_map": weight_map}
+    (tmp_path / "hf" / "model.safetensors.index.json").write_text(json.dumps(index))
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")
+    assert code == 2 and "model.norm.weight is not in" in err and "Traceback" not in err
+    assert not (tmp_path / "init").exists()

@@ -15,6 +15,7 @@ import pytest
 
 from msgen.compiler import analyze
 from msgen.doctor.command import DoctorOptions, Host, doctor_command
+from tests.data_fixtures import NO_PIPELINE
 from tests.doctor_fakes import (
     SPEC_IPS,
     SPECS,
@@ -207,6 +208,7 @@ def test_data_is_read_as_train_py_reads_it(host, tmp_path):
     spec = spec_variant(
         tmp_path, "data",
         ("seed         = 1234", 'data = mindrecord("train.mindrecord", valid = "v/valid.mindrecord")'),
+        *NO_PIPELINE,  # a validation set needs pp = 1 (MSL514)
     )  # fmt: skip
     run = tmp_path / "run"
     write_mindrecord(run / "train.mindrecord", 33)

@@ -877,10 +877,12 @@ def launched():
     """Whether a launcher started this process. init() needs one: msrun (and a
     dynamic cluster) sets MS_ROLE, mpirun OMPI_COMMAND and PMIX_RANK, a rank table
     launch RANK_TABLE_FILE (mindspore/communication/management.py, _host_distribute
-    and _check_parallel_envs)."""
+    and _check_parallel_envs); msrun's dry run MS_SIMULATION_LEVEL instead
+    (parallel/cluster/process_entity/_api.py)."""
     env = os.environ
     return bool(
         env.get("MS_ROLE")
+        or env.get("MS_SIMULATION_LEVEL")
         or (env.get("OMPI_COMMAND") and env.get("PMIX_RANK"))
         or env.get("RANK_TABLE_FILE")
         or env.get("MINDSPORE_HCCL_CONFIG_PATH")

@@ -239,7 +239,15 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
     import_file_writer()  # before the packer, whose numpy comes with MindSpore
     folder = options.output or Path("data") / spec.model.name
     outputs = [TRAIN] + ([VALID] if options.valid is not None else [])
-    line = data_line(folder, outputs, options.for_dir or Path("generated") / spec.model.name)
+    # a validation set is evaluated only without pipeline stages (MSL514): with pp > 1
+    # valid.mindrecord is written for a pp = 1 run, and the line names the train file only
+    named = outputs if spec.mesh.pp == 1 else [TRAIN]
+    line = data_line(folder, named, options.for_dir or Path("generated") / spec.model.name)
+    if named != outputs:
+        sys.stderr.write(
+            "note: pp > 1 evaluates no validation set (MSL514): the line names the train "
+            "file only; valid.mindrecord is written for a run with pp = 1\n"
+        )
     names = [f"{o}.mindrecord{suffix}" for o in outputs for suffix in ("", ".db")]
     names += ["tokenizer.json"] * options.train_tokenizer + [MANIFEST]
     stage = Staging(folder, names, options.force, keep=options.tokenizer)

@@ -132,12 +132,13 @@ def from_hf(result, options: CkptOptions) -> int:
 
     model = _model(options.source / "config.json")
     files = _hf_files(options.source)
-    headers = {path: _header(path)[0] for path in set(files.values())}
-    absent = [n for n in hf_names(model) if n not in files]
+    headers = {path: _header(path) for path in set(files.values())}
+    absent = [n for n in hf_names(model) if n not in headers.get(files.get(n), ({},))[0]]
     if absent:
         raise UsageError(f"{absent[0]} is not in {options.source} (another model?)")
-    dtypes = {name: headers[files[name]][name].dtype for name in hf_names(model)}
-    shapes = {name: headers[files[name]][name].shape for name in hf_names(model)}
+    entries = {name: headers[files[name]][0][name] for name in hf_names(model)}
+    dtypes = {name: e.dtype for name, e in entries.items()}
+    shapes = {name: e.shape for name, e in entries.items()}
 
     def zeros(name: str) -> np.ndarray:  # shapes only: checked before any data is read
         return np.broadcast_to(np.float32(0), shapes[name])
@@ -146,7 +147,7 @@ def from_hf(result, options: CkptOptions) -> int:
     check_against_spec({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
 
     def load(name: str) -> np.ndarray:
-        array, dtype = read_tensor(files[name], name)
+        array, dtype = read_tensor(files[name], name, headers[files[name]])
         return as_float32(array, dtype)
 
     dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}

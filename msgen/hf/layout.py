@@ -31,6 +31,12 @@ LAYER_LINEARS = {
 LAYER_NORMS = {"n1.gamma": "input_layernorm.weight", "n2.gamma": "post_attention_layernorm.weight"}
 
 
+def _has_bias(m: HfModel, key: str) -> bool:
+    """Whether the plain projection `key` (LAYER_LINEARS) has a bias: o its own flag,
+    the MLP's three theirs."""
+    return m.o_bias if key == "o" else m.mlp_bias
+
+
 def layer_path(m: HfModel, i: int) -> str:
     """msgen's path of Hugging Face layer i: `decoder.i`, or `decoder_swa.j` for the
     sliding-window layers Qwen2 puts after max_window_layers (msgen.hf.spec)."""
@@ -67,7 +73,7 @@ def hf_names(m: HfModel) -> list[str]:
                 names.append(f"{p}self_attn.{proj}.bias")
         for key, module in LAYER_LINEARS.items():
             names.append(f"{p}{module}.weight")
-            if (key == "o" and m.o_bias) or (key != "o" and m.mlp_bias):
+            if _has_bias(m, key):
                 names.append(f"{p}{module}.bias")
     return names
 
@@ -88,7 +94,7 @@ def to_msgen(m: HfModel, get: Get) -> Iterator[tuple[str, np.ndarray]]:
             yield ms + "qkv.bias", np.concatenate(bias)[order]
         for key, module in LAYER_LINEARS.items():
             yield f"{ms}{key}.weight", get(f"{hf}{module}.weight").T
-            if (key == "o" and m.o_bias) or (key != "o" and m.mlp_bias):
+            if _has_bias(m, key):
                 yield f"{ms}{key}.bias", get(f"{hf}{module}.bias")
     yield "norm.gamma", get("model.norm.weight")
     if not m.tied:
@@ -114,7 +120,7 @@ def to_hf(m: HfModel, get: Get) -> Iterator[tuple[str, np.ndarray]]:
                 yield f"{hf}self_attn.{proj}.bias", biases[bounds[n] : bounds[n + 1]]
         for key, module in LAYER_LINEARS.items():
             yield f"{hf}{module}.weight", get(f"{ms}{key}.weight").T
-            if (key == "o" and m.o_bias) or (key != "o" and m.mlp_bias):
+            if _has_bias(m, key):
                 yield f"{hf}{module}.bias", get(f"{ms}{key}.bias")
     yield "model.norm.weight", get("norm.gamma")
     if not m.tied:

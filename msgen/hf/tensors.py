@@ -81,9 +81,10 @@ def read_header(path: Path) -> tuple[dict[str, Entry], dict[str, str], int]:
     return entries, metadata, 8 + size
 
 
-def read_tensor(path: Path, name: str) -> tuple[np.ndarray, str]:
-    """One tensor, copied out of the mapped file, with its safetensors dtype name."""
-    entries, _, start = read_header(path)
+def read_tensor(path: Path, name: str, header=None) -> tuple[np.ndarray, str]:
+    """One tensor, read from its place in the file, with its safetensors dtype name;
+    `header` is the file's read_header, when the caller has it already."""
+    entries, _, start = header or read_header(path)
     if name not in entries:
         raise TensorFileError(f"{path}: no tensor {name}")
     e = entries[name]
