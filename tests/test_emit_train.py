@@ -23,13 +23,7 @@ from tests.emit_fixtures import BIG, TINY, compiled, copy_compiled, load, networ
 
 FIRST_STEPS, RESUMED_STEPS = 40, 50
 DATA_ROWS = 16  # tiny_mixed's MindRecord file: few enough sequences to memorise
-SYNTHETIC = {
-    "tiny": True,
-    "tiny_llama": True,
-    "tiny_mixed": False,
-    "tiny_interleaved": True,
-    "tiny_moe": True,
-}
+SYNTHETIC = {"tiny": True, "tiny_llama": True, "tiny_mixed": False, "tiny_interleaved": True}
 
 
 def write_mindrecord(path: Path, rows: np.ndarray) -> None:

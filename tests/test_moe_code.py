@@ -2,14 +2,24 @@
 against its numpy reference (tests/test_op_moe.py), op by op as tests/test_ops.py runs
 the tiny specs' ops: tests/specs/tiny_moe.msl (swiglu, softmax, dropless, a shared
 expert, q/k norms), and the same spec with the other choices (gelu, sigmoid, no
-renormalisation, a capacity dropping by probability or by position)."""
+renormalisation, a capacity dropping by probability or by position). Then the whole
+tiny_moe network the way tests/test_generated.py, test_api_check.py and test_ops.py
+check the other tiny specs (tiny_moe is not among emit_fixtures.TINY, whose specs
+every training test also trains: its own training runs are in test_moe_train.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests import emit_fixtures
+from tests import emit_fixtures, test_op_moe
+from tests import reference_numpy as ref
+from tests.emit_fixtures import plan
+from tests.test_api_check import instantiate, stage_devices, strategy_problems, trace, unexercised
+from tests.test_generated import batch, check_against_plan, mindspore_loss, randomised
+from tests.test_generated import build as build_network
+from tests.test_op_loss import test_loss_and_gradient_equal_numpy as loss_equals_numpy
 from tests.test_ops import test_each_op_computes_its_reference as computes_its_reference
+from tests.test_ops import test_each_op_imports_what_its_code_uses as imports_what_it_uses
 
 VARIANTS = {
     "tiny_moe": "",
@@ -32,3 +42,92 @@ def variant(request, tmp_path, monkeypatch):
 
 def test_moe_code_computes_its_reference(variant):
     computes_its_reference(variant)
+
+
+def test_moe_code_imports_what_it_uses():
+    imports_what_it_uses("tiny_moe")
+
+
+def test_parameters_are_the_plan_params():
+    check_against_plan(build_network("tiny_moe"), emit_fixtures.plan_json("tiny_moe"))
+
+
+def test_loss_cell_equals_numpy():
+    loss_equals_numpy("tiny_moe")
+
+
+def test_strategies_fit_the_inputs_and_the_shape_only_trace_agrees():
+    network = instantiate("tiny_moe", lazy=False)
+    real = trace(network, "tiny_moe", shape_only=False)
+    assert real and strategy_problems(real, stage_devices("tiny_moe")) == []
+    assert unexercised(network, real) == set()
+    shaped = trace(instantiate("tiny_moe", lazy=True), "tiny_moe", shape_only=True)
+    assert [(c.path, c.shapes) for c in shaped] == [(c.path, c.shapes) for c in real]
+
+
+@pytest.fixture(scope="module")
+def forward():
+    network, rng = randomised("tiny_moe")
+    tokens, labels = batch("tiny_moe", rng, rows=2)
+    params = {p.name: p.asnumpy() for p in network.get_parameters()}
+    return mindspore_loss(network, tokens, labels), params, tokens, labels
+
+
+def tolerance(expected: float) -> float:
+    return 1e-4 * max(1.0, abs(expected))
+
+
+def test_forward_matches_the_numpy_reference(forward):
+    loss, params, tokens, labels = forward
+    expected = ref.forward_loss(plan("tiny_moe"), params, tokens, labels)
+    assert abs(loss - expected) <= tolerance(expected), (loss, expected)
+
+
+@pytest.mark.parametrize("change", ["top_k", "norm_topk", "no_shared"])
+def test_the_reference_comparison_sees_the_routing(forward, monkeypatch, change):
+    """Not vacuous: the reference routing each token to one expert instead of two,
+    leaving the top-k weights unnormalised, or without the shared expert is several
+    times the comparison's tolerance away from MindSpore's loss (the changes move the
+    loss by 3e-3 to 4e-2; the tolerance is 7e-4)."""
+    loss, params, tokens, labels = forward
+    moe = test_op_moe.moe
+
+    def altered(x, p, experts, top_k, *args, **kwargs):
+        if change == "top_k":
+            top_k = 1
+        elif change == "norm_topk":
+            args = args[:2] + (False,) + args[3:]
+        else:
+            p = {k: v for k, v in p.items() if not k.startswith("shared_")}
+        return moe(x, p, experts, top_k, *args, **kwargs)
+
+    monkeypatch.setattr(test_op_moe, "moe", altered)
+    expected = ref.forward_loss(plan("tiny_moe"), params, tokens, labels)
+    assert abs(loss - expected) > 4 * tolerance(expected), (loss, expected)
+
+
+def test_the_strategy_file_lays_the_experts_over_ep(tmp_path):
+    """tiny_moe with ep = 2 and zero = 1 (dp 4, tp 2): the experts' device matrix is
+    [ep, dp / ep, tp] = [2, 2, 2], their first dim on ep (device dim 2) and ffn on tp
+    (dim 0); the parallel optimizer slices them over the dp / ep = 2 ranks holding the
+    same experts, tp = 2 ranks apart. The router stays on the stage's [dp, tp], sliced
+    over all dp = 4 ranks (4 KiB of fp32 is under hsdp's 64 KiB threshold: not sliced)."""
+    import json
+
+    text = emit_fixtures.SPECS["tiny_moe"].read_text()
+    text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    text = text.replace("hidden   = 64", "hidden   = 128")  # gate: 4 * 128 * 32 * 4 B = 64 KiB
+    text = text.replace("    seed         = 1234", "    seed         = 1234\n    zero = 1")
+    spec = tmp_path / "tiny_moe.msl"
+    spec.write_text(text)
+    folder = emit_fixtures.compile_spec(spec, tmp_path / "out")
+    items = json.loads((folder / "strategy" / "stage_0.json").read_text())
+    layouts = items["parallel_layout_item"]
+    for name, tensor_map in (("gate", [2, -1, 0]), ("up", [2, -1, 0]), ("down", [2, 0, -1])):
+        for prefix in ("", "adam_m.", "adam_v."):
+            got = layouts[f"{prefix}decoder.1.ffn2.{name}"]
+            assert got["dev_matrix"] == [2, 2, 2] and got["tensor_map"] == tensor_map
+            assert (got["opt_weight_shard_size"], got["opt_weight_shard_step"]) == (2, 2)
+    router = layouts["decoder.0.ffn2.router"]
+    assert router["dev_matrix"] == [4, 2] and router["tensor_map"] == [-1, -1]
+    assert router["opt_weight_shard_size"] == 0

@@ -200,15 +200,17 @@ def test_the_load_balancing_loss_is_its_coefficient_when_routing_is_uniform():
     assert abs(z_loss(np.zeros((3, e)), 1.0) - np.log(e) ** 2) < 1e-12
 
 
-def analysed():
-    result = analyze_text(SPEC.read_text(), "spec.msl", SPEC.parent)
+def analysed(ep: int = 1):
+    text = SPEC.read_text().replace("    tp = 2\n}", f"    tp = 2\n    ep = {ep}\n}}")
+    result = analyze_text(text, "spec.msl", SPEC.parent)
     assert result.ok, [d.message for d in result.diagnostics]
     return result
 
 
 def test_moe_parameters_are_the_router_and_the_stacked_experts():
     """router [h, E]; gate, up [E, h, F] and down [E, F, h]; the shared expert's
-    [h, S], [h, S], [S, h]: the spec's 64 hidden, 4 experts, ffn 32, shared 32."""
+    [h, S], [h, S], [S, h]: the spec's 64 hidden, 4 experts, ffn 32, shared 32. The
+    experts split over tp on ffn, and over ep on their first dim when ep > 1."""
     of = analysed().facts.graphs["decoder"].ops["ffn2"]
     shapes = {p.name: p.shape for p in of.params}
     assert shapes == {
@@ -222,7 +224,11 @@ def test_moe_parameters_are_the_router_and_the_stacked_experts():
     }
     splits = {p.name: p.split for p in of.params}
     assert splits["router"] == ((), ())
+    assert splits["gate"] == ((), (), ("tp",)) and splits["down"] == ((), ("tp",), ())
+    of = analysed(ep=2).facts.graphs["decoder"].ops["ffn2"]
+    splits = {p.name: p.split for p in of.params}
     assert splits["gate"] == (("ep",), (), ("tp",)) and splits["down"] == (("ep",), ("tp",), ())
+    assert splits["router"] == ((), ()) and splits["shared_up"] == ((), ("tp",))
 
 
 def test_moe_saves_router_probabilities_token_copies_and_expert_buffers():

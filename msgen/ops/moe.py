@@ -101,12 +101,17 @@ class Moe(OpDef):
     decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
 
     def strategies(self, node, layout, ctx):
-        """The experts' batched matmuls: [experts, tokens, hidden] x [experts, hidden,
-        ffn] split over ep on the experts and tp on ffn, then back over tp."""
-        ep, tp = ctx.mesh_sizes.get("ep", 1), ctx.mesh_sizes.get("tp", 1)
+        """The experts' batched matmuls: the tokens tiled per expert [experts, tokens,
+        hidden] times [experts, hidden, ffn], split over ep on the experts, over the
+        dp / ep ranks of an ep group on the tokens (each rank computes its own share of
+        its experts' tokens: the redistribution from the tokens' dp split is the
+        dispatch AllToAll) and over tp on ffn; then back over tp."""
+        sizes = ctx.mesh_sizes
+        ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
+        edp = sizes.get("dp", 1) // ep
         return (
-            ("inner", ((ep, 1, 1), (ep, 1, tp))),
-            ("outer", ((ep, 1, tp), (ep, tp, 1))),
+            ("inner", ((ep, edp, 1), (ep, 1, tp))),
+            ("outer", ((ep, edp, tp), (ep, tp, 1))),
         )
 
     def settings(self, node, ctx):
@@ -185,11 +190,12 @@ class Moe(OpDef):
             )
         shapes = self.param_shapes(node, [x.shape], ctx)
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        ep_axes = ("ep",) if ep > 1 else ()
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
         for name, shape in shapes.items():
             if name == "router":
                 continue
-            default = (("ep",), (), ffn_axes) if len(shape) == 3 else ((), ffn_axes)
+            default = (ep_axes, (), ffn_axes) if len(shape) == 3 else ((), ffn_axes)
             if name.endswith("down"):
                 default = default[:-2] + (default[-1], default[-2])
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
