@@ -2,7 +2,8 @@
 against its numpy reference (tests/test_op_moe.py), op by op as tests/test_ops.py runs
 the tiny specs' ops: tests/specs/tiny_moe.msl (swiglu, softmax, dropless, a shared
 expert, q/k norms), and the same spec with the other choices (gelu, sigmoid, no
-renormalisation, a capacity dropping by probability or by position). Then the whole
+renormalisation, a capacity dropping by probability or by position, a z-loss): its
+output and its auxiliary losses. Then the whole
 tiny_moe network the way tests/test_generated.py, test_api_check.py and test_ops.py
 check the other tiny specs (tiny_moe is not among emit_fixtures.TINY, whose specs
 every training test also trains: its own training runs are in test_moe_train.py)."""
@@ -24,7 +25,7 @@ from tests.test_ops import test_each_op_imports_what_its_code_uses as imports_wh
 VARIANTS = {
     "tiny_moe": "",
     "tiny_moe_gelu_sigmoid": "activation = gelu, router = sigmoid, norm_topk = false, ",
-    "tiny_moe_capacity_probs": "capacity = 0.5, ",
+    "tiny_moe_capacity_probs": "capacity = 0.5, z_loss = 0.001, ",
     "tiny_moe_capacity_position": "capacity = 0.5, drop = position, norm_topk = false, ",
 }
 
@@ -48,8 +49,28 @@ def test_moe_code_imports_what_it_uses():
     imports_what_it_uses("tiny_moe")
 
 
+class Trained:
+    """The network as the plan sees it: its parameters but the moe cells' aux_value
+    (a record of the last auxiliary losses for the log, not a weight)."""
+
+    def __init__(self, network):
+        self.network = network
+
+    def get_parameters(self):
+        return (p for p in self.network.get_parameters() if not p.name.endswith(".aux_value"))
+
+    def cells_and_names(self):
+        return self.network.cells_and_names()
+
+
 def test_parameters_are_the_plan_params():
-    check_against_plan(build_network("tiny_moe"), emit_fixtures.plan_json("tiny_moe"))
+    network = build_network("tiny_moe")
+    check_against_plan(Trained(network), emit_fixtures.plan_json("tiny_moe"))
+    records = [p for p in network.get_parameters() if p.name.endswith(".aux_value")]
+    assert [p.name for p in records] == [f"decoder.{i}.ffn2.aux_value" for i in (0, 1)]
+    assert not any(p.requires_grad for p in records) and not set(records) & set(
+        network.trainable_params()
+    )
 
 
 def test_loss_cell_equals_numpy():
@@ -131,3 +152,32 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path):
     router = layouts["decoder.0.ffn2.router"]
     assert router["dev_matrix"] == [4, 2] and router["tensor_map"] == [-1, -1]
     assert router["opt_weight_shard_size"] == 0
+
+
+@pytest.fixture
+def tiny_moe_ep2(tmp_path, monkeypatch):
+    """tiny_moe with ep = 2 (dp 4, tp 2): two expert-parallel groups of two dp ranks."""
+    text = emit_fixtures.SPECS["tiny_moe"].read_text()
+    path = tmp_path / "tiny_moe_ep2.msl"
+    path.write_text(text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}"))
+    monkeypatch.setitem(emit_fixtures.SPECS, "tiny_moe_ep2", path)
+    return "tiny_moe_ep2"
+
+
+def test_with_ep_the_experts_matmuls_are_split_over_ep_inside_dp(tiny_moe_ep2, monkeypatch):
+    """The instantiated network, as built on Ascend (semi-auto cannot run on the CPU):
+    each moe cell's batched matmuls carry in_strategy ((ep, dp / ep, 1), (ep, 1, tp))
+    and ((ep, dp / ep, tp), (ep, tp, 1)) = ((2, 2, 1), (2, 1, 2)), ((2, 2, 2), (2, 2,
+    1)): every device of the stage (ep * dp / ep * tp = 8) computes its own slice, the
+    tokens over the dp / ep ranks of its group; and every strategy of the network fits
+    its inputs' shapes (the shape-only trace of test_api_check)."""
+    network = instantiate(tiny_moe_ep2, lazy=True, ascend=True, monkeypatch=monkeypatch)
+    calls = trace(network, tiny_moe_ep2, shape_only=True)
+    assert strategy_problems(calls, stage_devices(tiny_moe_ep2)) == []
+    cells = [cell for _, cell in network.cells_and_names() if type(cell).__name__ == "MoE"]
+    assert len(cells) == 2
+    for cell in cells:
+        assert cell.inner.in_strategy == ((2, 2, 1), (2, 1, 2))
+        assert cell.outer.in_strategy == ((2, 2, 2), (2, 2, 1))
+    experts = [c for c in calls if c.path.endswith("ffn2.inner")]
+    assert experts and all(c.shapes[0] == (4, 128, 64) for c in experts)  # [E, tokens, h]

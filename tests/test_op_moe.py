@@ -14,6 +14,7 @@ import numpy as np
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
 from msgen.estimate.flops import step_flops
+from tests.reference_numpy import WithAux
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
 
@@ -111,22 +112,41 @@ def z_loss(logits, coeff):
     return coeff * float(np.mean(lse**2))
 
 
+def aux_losses(x, router, top_k, score, aux_coeff, z_coeff) -> float:
+    """The op's auxiliary losses on tokens x [..., hidden]: Switch's load-balancing
+    loss over the probabilities (sigmoid scores normalised per token first, as
+    Megatron-LM's router does for the loss) and the copies routed before any capacity
+    drops, and the router z-loss of the logits."""
+    t = x.reshape(-1, x.shape[-1])
+    probs, chosen, _ = route(t, router, top_k, score, norm_topk=False)
+    if score == "sigmoid":
+        probs = probs / (probs.sum(-1, keepdims=True) + 1e-20)
+    experts = router.shape[1]
+    return load_balancing_loss(probs, chosen, experts, aux_coeff) + z_loss(t @ router, z_coeff)
+
+
 def reference(op):
     a = op.args
     names = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
     params = {m: op.params[f"{op.prefix}{op.node.name}.{m}"] for m in names
               if f"{op.prefix}{op.node.name}.{m}" in op.params}  # fmt: skip
-    return moe(
+    score = a.get("router", "softmax")
+    out = moe(
         op.inputs[0],
         params,
         a["experts"],
         a["top_k"],
         a.get("activation", "swiglu"),
-        a.get("router", "softmax"),
+        score,
         a.get("norm_topk", True),
         a.get("capacity"),
         a.get("drop", "probs"),
     )
+    aux_coeff, z_coeff = a.get("aux_loss", 0.0), a.get("z_loss", 0.0)
+    if not aux_coeff and not z_coeff:
+        return out
+    aux = aux_losses(op.inputs[0], params["router"], a["top_k"], score, aux_coeff, z_coeff)
+    return WithAux(out, aux)
 
 
 REFERENCES = {"moe": reference}

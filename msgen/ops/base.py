@@ -154,11 +154,13 @@ Strategy = tuple[tuple[int, ...], ...]  # MindSpore's `Primitive.shard` argument
 @dataclass(frozen=True)
 class Snippet:
     """An op in a generated cell: `self.<op> = make` in `__init__`, `<op> = call` in
-    `construct`; `helper` names the helper cell `make` instantiates, if any."""
+    `construct`; `helper` names the helper cell `make` instantiates, if any; `aux`:
+    the call returns (output, an auxiliary loss the network adds to its loss)."""
 
     make: str
     call: str
     helper: str | None = None
+    aux: bool = False
 
 
 def factors(split: Split, ctx: Context) -> tuple[int, ...]:

@@ -94,7 +94,7 @@ class Moe(OpDef):
     helpers = ("moe",)
     imports = (
         "import math",
-        "from mindspore import Tensor, nn, ops",
+        "from mindspore import Parameter, Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
     inits = {p: "normal" for p in params}
@@ -126,6 +126,8 @@ class Moe(OpDef):
             "norm_topk": self.arg(node, "norm_topk"),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
+            "aux_loss": float(self.arg(node, "aux_loss")),
+            "z_loss": float(self.arg(node, "z_loss")),
         }
 
     def code(self, op, model):
@@ -136,9 +138,12 @@ class Moe(OpDef):
             f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
             f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
             f"capacity={s('capacity')!r}, by_position={s('by_position')}, "
-            f"inner={op.strategy('inner')}, outer={op.strategy('outer')})"
+            f"inner={op.strategy('inner')}, outer={op.strategy('outer')}"
         )
-        return Snippet(make, f"self.{op.name}({x})", "moe")
+        aux = s("aux_loss") > 0 or s("z_loss") > 0
+        if aux:
+            make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
+        return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
 
     def active_params(self, node, params):
         """The router, the shared experts, and top_k of the experts (the published
