@@ -151,3 +151,35 @@ def plan_of(text: str):
     result = analyze_text(text, "spec.msl", SPECS["tiny_moe"].parent)
     assert result.ok, [d.message for d in result.diagnostics]
     return build_plan(result.spec, result.facts)
+
+
+@pytest.mark.slow
+def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path):
+    """`train.py --rehearse` on tiny_moe with ep = 2 and zero = 1 (the experts' states
+    sliced over dp / ep): what a rank builds (the reducer, the micro-step mirror over
+    the experts' accumulation buffers) on one CPU process trains step by step as
+    `--standalone` does (tests/test_rehearsal.py's oracle), and the rehearsal's record
+    holds the experts whole, each with its Adam moments and buffer."""
+    from tests.test_rehearsal import (
+        STEPS as REHEARSED,
+    )
+    from tests.test_rehearsal import (
+        assert_rehearsal_is_standalone,
+        rehearsal_json,
+        rehearse_and_standalone,
+    )
+
+    text = SPECS["tiny_moe"].read_text().replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    text = text.replace(
+        "    seed         = 1234",
+        f"    seed         = 1234\n    zero = 1\n    checkpoint = every 1 keep {REHEARSED}",
+    )
+    (tmp_path / "tiny_moe.msl").write_text(text)
+    folder = compile_spec(tmp_path / "tiny_moe.msl", tmp_path / "out")
+    assert "ep 2" in (folder / "plan.json").read_text().replace('"ep": ', "ep ")
+    rehearse_and_standalone(folder)
+    assert_rehearsal_is_standalone(folder)
+    params = rehearsal_json(folder)["parameters"]
+    for prefix in ("", "adam_m.", "adam_v.", "accu_grads."):
+        assert params[f"{prefix}decoder.1.ffn2.gate"] == [4, 64, 32]
+        assert params[f"{prefix}decoder.1.ffn2.down"] == [4, 32, 64]
