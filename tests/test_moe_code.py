@@ -179,5 +179,8 @@ def test_with_ep_the_experts_matmuls_are_split_over_ep_inside_dp(tiny_moe_ep2, m
     for cell in cells:
         assert cell.inner.in_strategy == ((2, 2, 1), (2, 1, 2))
         assert cell.outer.in_strategy == ((2, 2, 2), (2, 2, 1))
+        assert cell.tile.in_strategy == ((1, 4, 1),)  # the tokens as the dp ranks hold them
+        assert cell.weigh.in_strategy == ((2, 2, 1), (2, 2, 1))
+        assert cell.expert_sum.in_strategy == ((2, 2, 1),)
     experts = [c for c in calls if c.path.endswith("ffn2.inner")]
     assert experts and all(c.shapes[0] == (4, 128, 64) for c in experts)  # [E, tokens, h]

@@ -105,7 +105,16 @@ class Moe(OpDef):
         hidden] times [experts, hidden, ffn], split over ep on the experts, over the
         dp / ep ranks of an ep group on the tokens (each rank computes its own share of
         its experts' tokens: the redistribution from the tokens' dp split is the
-        dispatch AllToAll) and over tp on ffn; then back over tp."""
+        dispatch AllToAll) and over tp on ffn; then back over tp.
+
+        Semi-auto parallel emits that redistribution as an AllToAll: the AutoParallel
+        wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
+        `_enable_alltoall = True`, handed to the context by parallel/_utils.py). The
+        batched matmul is the path the CPU runs too; GroupedMatmul takes tuple-in-tuple
+        strategies under semi-auto (parallel/_utils.py SUPPORTED_TUPLE_IN_TUPLE_STRATEGY),
+        but mindformers 2.0.0 drives it from a token dispatcher of its own
+        (parallel_core/training_graph/transformer/moe/ffn.py), which this does not
+        emit."""
         sizes = ctx.mesh_sizes
         ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
         edp = sizes.get("dp", 1) // ep
