@@ -154,12 +154,15 @@ def plan_of(text: str):
 
 
 @pytest.mark.slow
-def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path):
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path, pp):
     """`train.py --rehearse` on tiny_moe with ep = 2 and zero = 1 (the experts' states
-    sliced over dp / ep): what a rank builds (the reducer, the micro-step mirror over
-    the experts' accumulation buffers) on one CPU process trains step by step as
-    `--standalone` does (tests/test_rehearsal.py's oracle), and the rehearsal's record
-    holds the experts whole, each with its Adam moments and buffer."""
+    sliced over dp / ep), and with pp = 2 on two servers (the auxiliary losses' sum
+    passed from stage to stage, added on the last): what a rank builds (the reducer,
+    the micro-step mirror over the experts' accumulation buffers) on one CPU process
+    trains step by step as `--standalone` does (tests/test_rehearsal.py's oracle), and
+    the rehearsal's record holds the experts whole, each with its moments and buffer.
+    With pp = 2 log.csv's aux_loss is empty (the values live on their stages)."""
     from tests.test_rehearsal import (
         STEPS as REHEARSED,
     )
@@ -169,7 +172,10 @@ def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path):
         rehearse_and_standalone,
     )
 
-    text = SPECS["tiny_moe"].read_text().replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    text = SPECS["tiny_moe"].read_text()
+    text = text.replace("    tp = 2\n}", f"    tp = 2\n    pp = {pp}\n    ep = 2\n}}")
+    nodes = ", ".join(f'"127.0.0.{i}"' for i in range(1, pp + 1))
+    text = text.replace('nodes    = ["127.0.0.1"]', f"nodes    = [{nodes}]")
     text = text.replace(
         "    seed         = 1234",
         f"    seed         = 1234\n    zero = 1\n    checkpoint = every 1 keep {REHEARSED}",
@@ -183,3 +189,5 @@ def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path):
     for prefix in ("", "adam_m.", "adam_v.", "accu_grads."):
         assert params[f"{prefix}decoder.1.ffn2.gate"] == [4, 64, 32]
         assert params[f"{prefix}decoder.1.ffn2.down"] == [4, 32, 64]
+    aux = [r["aux_loss"] for r in log_rows(folder / "output_rehearse" / "rank_0" / "log.csv")]
+    assert all(a == "" for a in aux) if pp > 1 else all(float(a) > 0 for a in aux)
