@@ -2,9 +2,9 @@
 tests/specs/tiny_moe_dp.msl under msrun as two data-parallel processes (dp = 2, ep = 1:
 the CPU build has no AllToAll) beside a stand-alone run of the same global batches, as
 tests/test_multirank.py trains the dense tiny_dp (and a copy with auxiliary losses
-under msrun). The auxiliary losses are part of the
-loss the step differentiates: the network's gradient with respect to the router is
-the numpy reference's (tests/test_op_moe.py, aux and z-loss included) by central
+under msrun); and `train.py --rehearse` with ep = 2. The auxiliary losses are part of
+the loss the step differentiates: the network's gradient with respect to the router
+is the numpy reference's (tests/test_op_moe.py, aux and z-loss included) by central
 differences."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from tests import reference_numpy as ref
 from tests.emit_fixtures import SPECS, compile_spec, plan
 from tests.test_multirank import checkpoint, finish, log_rows, msrun, standalone
 
-SPECS.setdefault("tiny_moe_dp", emit_fixtures.ROOT / "tests" / "specs" / "tiny_moe_dp.msl")
 STEPS, DP_STEPS = 30, 4
 COEFF, LAYERS = 0.01, 2  # tiny_moe's aux_loss and layers
 
