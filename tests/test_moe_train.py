@@ -18,6 +18,13 @@ from tests import emit_fixtures
 from tests import reference_numpy as ref
 from tests.emit_fixtures import SPECS, compile_spec, plan
 from tests.test_multirank import checkpoint, finish, log_rows, msrun, standalone
+from tests.test_rehearsal import STEPS as REHEARSED
+from tests.test_rehearsal import (
+    assert_rehearsal_is_standalone,
+    rehearsal_json,
+    rehearse_and_standalone,
+)
+from tests.test_rehearsal import run as run_train
 
 STEPS, DP_STEPS = 30, 4
 COEFF, LAYERS = 0.01, 2  # tiny_moe's aux_loss and layers
@@ -162,14 +169,6 @@ def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path, pp):
     trains step by step as `--standalone` does (tests/test_rehearsal.py's oracle), and
     the rehearsal's record holds the experts whole, each with its moments and buffer.
     With pp = 2 log.csv's aux_loss is empty (the values live on their stages)."""
-    from tests.test_rehearsal import (
-        STEPS as REHEARSED,
-    )
-    from tests.test_rehearsal import (
-        assert_rehearsal_is_standalone,
-        rehearsal_json,
-        rehearse_and_standalone,
-    )
 
     text = SPECS["tiny_moe"].read_text()
     text = text.replace("    tp = 2\n}", f"    tp = 2\n    pp = {pp}\n    ep = 2\n}}")
@@ -190,3 +189,20 @@ def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path, pp):
         assert params[f"{prefix}decoder.1.ffn2.down"] == [4, 32, 64]
     aux = [r["aux_loss"] for r in log_rows(folder / "output_rehearse" / "rank_0" / "log.csv")]
     assert all(a == "" for a in aux) if pp > 1 else all(float(a) > 0 for a in aux)
+
+
+@pytest.mark.slow
+def test_mixtral_rehearses_at_rehearsal_size(tmp_path):
+    """specs/validation/mixtral_8x7b.msl compiled with --rehearsal (dp 4 x tp 8, ep 4
+    inside dp, at the smallest dims it checks with) runs two steps of `train.py
+    --rehearse` on one CPU process, its auxiliary loss logged: one layer (layers 32 →
+    1) of coefficient 0.02, near 0.02 for a router near uniform."""
+    folder = compile_spec(
+        emit_fixtures.ROOT / "specs" / "validation" / "mixtral_8x7b.msl", tmp_path, "--rehearsal"
+    )
+    proc = run_train(folder, "--rehearse", "--synthetic", "--steps", "2")
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    rows = log_rows(folder / "output" / "rank_0" / "log.csv")
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    assert all(0.018 < float(r["aux_loss"]) < 0.04 for r in rows), rows
