@@ -498,6 +498,111 @@ def restore(folder, state, chosen=None):
     return step
 
 
+# --resume on the CPU continues the dropout masks of the uninterrupted run. MindSpore's
+# CPU Dropout kernel keeps its generator inside the kernel (kernel/cpu/native/
+# dropout_cpu_kernel.cc): a std::default_random_engine, minstd_rand0 (x <- 16807 x
+# mod 2**31 - 1, one draw per element), seeded when the graph is built with
+# GetSeed(Seed0, Seed1), a Philox-4x32-10 mix of the two seeds whose low 64 bits are
+# the seed (kernel/philox_random.cc). After n draws its state is x0 * 16807**n, so a
+# resumed run rebuilds each dropout primitive with the seeds whose mix starts its
+# kernels where the uninterrupted run's stood (Philox is a bijection: inverted).
+MINSTD_M, MINSTD_A = 2**31 - 1, 16807
+PHILOX_KEY, PHILOX_RAISE = (0x3EC8F720, 0x02461E29), (0x9E3779B9, 0xBB67AE85)
+PHILOX_MUL, WORD = (0xD2511F53, 0xCD9E8D57), 0xFFFFFFFF
+
+
+def philox_keys():
+    k0, k1 = PHILOX_KEY
+    for _ in range(10):
+        yield k0, k1
+        k0, k1 = (k0 + PHILOX_RAISE[0]) & WORD, (k1 + PHILOX_RAISE[1]) & WORD
+
+
+def philox(c):
+    """PhiloxRandom(counter, PHILOX_KEY)() of four 32-bit words."""
+    for k0, k1 in philox_keys():
+        a, b = PHILOX_MUL[0] * c[0], PHILOX_MUL[1] * c[2]
+        c = [(b >> 32) ^ c[1] ^ k0, b & WORD, (a >> 32) ^ c[3] ^ k1, a & WORD]
+    return c
+
+
+def unphilox(r):
+    """The counter whose philox() is `r`."""
+    inverse = [pow(m, -1, 2**32) for m in PHILOX_MUL]
+    for k0, k1 in reversed(list(philox_keys())):
+        c0, c2 = r[3] * inverse[0] & WORD, r[1] * inverse[1] & WORD
+        c1 = r[0] ^ (PHILOX_MUL[1] * c2 >> 32) ^ k0
+        c3 = r[2] ^ (PHILOX_MUL[0] * c0 >> 32) ^ k1
+        r = [c0, c1, c2, c3]
+    return r
+
+
+def kernel_state(seed0, seed1):
+    """The generator state a CPU Dropout kernel of these seeds starts from."""
+    mix = philox([seed0 & WORD, seed0 >> 32, seed1 & WORD, seed1 >> 32])
+    return ((mix[1] << 32 | mix[0]) % MINSTD_M) or 1
+
+
+def seeds_at(state):
+    """(Seed0, Seed1), both int64, whose kernel starts from `state`."""
+    for spare in range(1, 2**32):
+        c = unphilox([state, 0, spare & WORD, spare >> 32])
+        seeds = c[0] | c[1] << 32, c[2] | c[3] << 32
+        if max(seeds) < 2**63 and any(seeds):
+            return seeds
+
+
+def dropout_primitives(network):
+    """(cell, attribute, primitive) of every Dropout primitive of the network."""
+    for _, cell in network.cells_and_names():
+        # a Cell keeps its primitives in its __dict__ too (nn/cell.py, __setattr__)
+        for name, primitive in list(vars(cell).items()):
+            if isinstance(primitive, ops.Dropout):
+                yield cell, name, primitive
+
+
+def dropout_sizes(network, rows):
+    """id(primitive) -> the elements it drops per call, from one forward pass of `rows`
+    sequences in PyNative mode (the graph is not built yet)."""
+    sizes = {}
+
+    def recording(primitive):
+        def call(x):
+            sizes[id(primitive)] = int(np.prod(x.shape))
+            return primitive(x)
+
+        return call
+
+    found = list(dropout_primitives(network))
+    for cell, name, primitive in found:
+        object.__setattr__(cell, name, recording(primitive))
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        ids = Tensor(np.zeros((rows, SEQ), np.int32))
+        network(ids, ids)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+        for cell, name, primitive in found:
+            object.__setattr__(cell, name, primitive)
+    return sizes
+
+
+def continue_dropout(network, steps, rows):
+    """Reseed the network's dropout so that its CPU kernels start where they stood after
+    `steps` steps, each kernel (one per micro-batch and recomputed copy) dropping once
+    per step from `rows` sequences."""
+    sizes = dropout_sizes(network, rows)
+    for cell, name, primitive in dropout_primitives(network):
+        if not (primitive.Seed0 or primitive.Seed1):
+            continue  # unseeded: its masks differ run to run anyway
+        start = kernel_state(primitive.Seed0, primitive.Seed1)
+        draws = steps * sizes[id(primitive)]
+        state = start * pow(MINSTD_A, draws, MINSTD_M) % MINSTD_M
+        reseeded = ops.Dropout(primitive.keep_prob, *seeds_at(state))
+        strategy = primitive.attrs.get("in_strategy")
+        setattr(cell, name, reseeded.shard(strategy) if strategy else reseeded)
+
+
 def write_rehearsal(path, step_cell):
     """--rehearse: the cells the step was built of and every parameter of the step
     cell with its shape, for review beside the log."""
@@ -861,6 +966,9 @@ def main():
 
     built = build(distributed, args.rehearse)
     network, optimizer, step_cell = built.network, built.optimizer, built.step_cell
+    if chosen and ms.get_context("device_target") == "CPU":
+        # The masks go on from where the run stopped, as without the stop.
+        continue_dropout(network, chosen[0], STEP_ROWS // shards // MICRO_BATCHES)
     if distributed:
         step_cell = semi_auto(step_cell)
         # Written when the step compiles: how this rank's slices fit the logical
