@@ -184,3 +184,25 @@ def test_with_ep_the_experts_matmuls_are_split_over_ep_inside_dp(tiny_moe_ep2, m
         assert cell.expert_sum.in_strategy == ((2, 2, 1),)
     experts = [c for c in calls if c.path.endswith("ffn2.inner")]
     assert experts and all(c.shapes[0] == (4, 128, 64) for c in experts)  # [E, tokens, h]
+
+
+def test_the_auxiliary_losses_local_never_takes_an_ops_name(tmp_path, monkeypatch):
+    """An op named `ffn2_aux`, computed before moe `ffn2` and read after it, keeps its
+    value: the auxiliary losses' local of ffn2 takes another name, and the network
+    still computes the numpy reference's loss."""
+    text = emit_fixtures.SPECS["tiny_moe"].read_text()
+    text = text.replace("    ffn2 = moe(", "    ffn2_aux = n2 * 0.5\n    ffn2 = moe(")
+    text = text.replace(
+        "    output h + ffn2\n", "    mixed = ffn2 + ffn2_aux\n    output h + mixed\n"
+    )
+    path = tmp_path / "tiny_moe_named.msl"
+    path.write_text(text)
+    monkeypatch.setitem(emit_fixtures.SPECS, "tiny_moe_named", path)
+    model = (emit_fixtures.compiled("tiny_moe_named") / "model.py").read_text()
+    assert "ffn2, ffn2_aux_ = self.ffn2(n2)" in model
+    network, rng = randomised("tiny_moe_named")
+    tokens, labels = batch("tiny_moe_named", rng, rows=2)
+    params = {p.name: p.asnumpy() for p in network.get_parameters()}
+    loss = mindspore_loss(network, tokens, labels)
+    expected = ref.forward_loss(plan("tiny_moe_named"), params, tokens, labels)
+    assert abs(loss - expected) <= tolerance(expected), (loss, expected)

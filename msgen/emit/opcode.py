@@ -31,7 +31,7 @@ class CellCode:
 
 
 def _op_lines(
-    op: OpSpec, ctx: ModelContext, network: bool
+    op: OpSpec, ctx: ModelContext, network: bool, taken: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[str], set[str]]:
     snip = OPS[op.kind].code(op, ctx)
     helpers = {snip.helper} if snip.helper else set()
@@ -56,8 +56,11 @@ def _op_lines(
         if ctx.chunks > 1:
             init.append(f"self.{op.name}.pipeline_segment = {op.segment}")
     if snip.aux:
-        added = f"aux = self.add_aux(aux, {op.name}_aux)"
-        return init, [f"{op.name}, {op.name}_aux = {snip.call}", added], helpers
+        local = f"{op.name}_aux"
+        while local in taken:  # never the name of another op of the cell
+            local += "_"
+        added = f"aux = self.add_aux(aux, {local})"
+        return init, [f"{op.name}, {local} = {snip.call}", added], helpers
     return init, [f"{op.name} = {snip.call}"], helpers
 
 
@@ -105,7 +108,8 @@ def _cell_code(ops: tuple[OpSpec, ...], ctx: ModelContext, network: bool) -> Cel
             op_init, op_construct, op_aux = _repeat_lines(op, ctx)
             threads_aux = threads_aux or op_aux
         else:
-            op_init, op_construct, op_helpers = _op_lines(op, ctx, network)
+            taken = frozenset(other.name for other in ops)
+            op_init, op_construct, op_helpers = _op_lines(op, ctx, network, taken)
             adds_aux = adds_aux or len(op_construct) > 1
             helpers |= op_helpers
         init.extend(op_init)
