@@ -18,11 +18,13 @@ from tests.emit_fixtures import (
 )
 
 # Every way a branch may or may not reach the residual stream. Megatron-LM's output
-# layers (megatron/core/transformer: attention `linear_proj`, MLP `linear_fc2`, built
-# with the scaled init method) are the linears whose output is added to the residual:
+# layers (the attention's `dense` and the MLP's `dense_4h_to_h` take
+# scaled_init_method_normal: std / sqrt(2 * layers)) are the linears whose output is
+# added to the residual:
 # here `proj` (through dropout and a constant scale) and `down`. Not `gate`/`up` (a
 # gate `act * up` is not a scale), not `g` (an activation is not a scale), not `side`
-# (`side + 1.0` adds a constant, no branch, and `h3 * b` is a gate).
+# (`side + 1.0` adds a constant, no branch, and `h3 * b` is a gate), not `v` (the
+# branch `v * h4` is a gate's product, not a scaled `v`).
 BRANCHES = """layer decoder {
     input x : [batch, seq, hidden] @ [dp, 1, 1]
     ln1  = layernorm(x)
@@ -44,7 +46,10 @@ BRANCHES = """layer decoder {
     h3   = h2 + a2
     side = linear(h3, hidden)
     b    = side + 1.0
-    output h3 * b
+    h4   = h3 * b
+    v    = linear(h4, hidden)
+    w    = v * h4
+    output h4 + w
 }
 """
 
