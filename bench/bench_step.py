@@ -8,19 +8,25 @@ Both models are the GPT layer of specs/tiny.msl (layernorm, fused qkv, causal at
 projection, dropout, residual, layernorm, exact-GELU MLP, dropout, residual), learned
 positions, the output layer tied to the embedding, full recompute of each layer, mean
 next-token cross entropy; fp32. Both train with the same AdamWeightDecay in one jitted
-step (value_and_grad, then the optimizer) on the same fixed batch of micro_batch * dp
-sequences, after two untimed warm-up steps (the compile). The hand-written model is
-what a MindSpore user writes without msgen: nn.Dense, nn.LayerNorm, ops.softmax and
-ops.cross_entropy. The third row is the generated train.py itself (`--standalone
---synthetic`: its TrainStep with the micro-batch loop, its AdamW, the grad norm, the
-log line), its step times as its log.csv records them, the first two (the compile)
-left out.
+step (value_and_grad, then the optimizer), after two untimed warm-up steps (the
+compile). The hand-written model is what a MindSpore user writes without msgen:
+nn.Dense, nn.LayerNorm, ops.softmax and ops.cross_entropy.
 
-R rounds, each K steps of the generated network, K of the hand-written one and one
-run of train.py with K + 2 steps, in turn (interleaved: a slow moment of a shared
-machine falls on all three). Prints each one's median step, the spread of its round
-medians (max - min), and the ratios to the hand-written model (target for the
-generated network: at most 1.1).
+Every row does the same work per step: the spec's step, micro_batch * dp *
+micro_batches sequences (train.py --standalone takes them all in one process). The
+networks take them as one batch; "generated, micro-batched" takes them as train.py
+does, the generated network under MindSpore's Pipeline cell (one graph looping over
+micro_batches slices, parallel/nn/parallel_cell_wrapper.py PipelineCell.construct);
+the last row is the generated train.py itself (`--standalone --synthetic`: that loop,
+its TrainStep's gradient scaling, finiteness test, global norm and clipping, its AdamW
+and warm-up cosine schedule), its step times as its log.csv records them, the first
+two (the compile) left out. So the rows between them say where train.py's time goes:
+the micro-batch loop, then the step's own work.
+
+R rounds, each K steps of every jitted step and one run of train.py with K + 2 steps,
+in turn (interleaved: a slow moment of a shared machine falls on all of them). Prints
+each one's median step, the spread of its round medians (max - min), and the ratios
+to the hand-written model (target: at most 1.1).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def generated_network(spec: Path):
+    """The generated model's network class, and its folder."""
     sys.path.insert(0, str(REPO))
     from msgen.checks.reserved import camel
     from msgen.cli import main
@@ -56,7 +63,7 @@ def generated_network(spec: Path):
     model = importlib.util.module_from_spec(module_spec)
     sys.modules["bench_model"] = model  # MindSpore's parser imports a cell's module by name
     module_spec.loader.exec_module(model)
-    return getattr(model, camel(folder.name))(), folder
+    return getattr(model, camel(folder.name)), folder
 
 
 def hand_written(vocab, hidden, heads, ffn, layers, seq):
@@ -107,11 +114,15 @@ def hand_written(vocab, hidden, heads, ffn, layers, seq):
     return Net()
 
 
-def jitted_step(network, tokens, labels):
-    """A compiled train step of `network` and its batch; two warm-up steps done."""
+def jitted_step(network, tokens, labels, micro_batches: int = 1):
+    """A compiled train step of `network` and its batch; two warm-up steps done. With
+    micro_batches > 1 the network runs under the Pipeline cell, as train.py's does."""
     import mindspore as ms
     from mindspore import nn
+    from mindspore.parallel.nn import Pipeline
 
+    if micro_batches > 1:
+        network = Pipeline(network, micro_batches)
     optimizer = nn.AdamWeightDecay(network.trainable_params(), 1e-3)
     grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
 
@@ -163,33 +174,38 @@ def main() -> None:
 
     spec = analyze(args.spec).spec
     dims = spec.model.dims
-    rows = spec.train.micro_batch * spec.mesh.dp
+    micro_batches = spec.micro_batches
+    rows = spec.train.micro_batch * spec.mesh.dp * micro_batches  # train.py's STEP_ROWS
     rng = np.random.default_rng(0)
     ids = rng.integers(0, dims["vocab"], (rows, dims["seq"] + 1), np.int32)
     tokens, labels = ids[:, :-1], ids[:, 1:]
     sizes = (dims["vocab"], dims["hidden"], dims["heads"], dims["ffn"], dims["layers"], dims["seq"])
     network, folder = generated_network(args.spec)
     steps = {
-        "generated": jitted_step(network, tokens, labels),
+        "generated": jitted_step(network(), tokens, labels),
         "hand-written": jitted_step(hand_written(*sizes), tokens, labels),
+        "generated, micro-batched": jitted_step(network(), tokens, labels, micro_batches),
     }
-    rounds: dict[str, list[list[float]]] = {"generated": [], "hand-written": [], "train.py": []}
+    rounds: dict[str, list[list[float]]] = {name: [] for name in [*steps, "train.py"]}
     for _ in range(args.rounds):
         for name, step in steps.items():
             rounds[name].append(timed(step, args.steps))
         rounds["train.py"].append(train_py_steps(folder, args.steps))
     print(f"{args.rounds} rounds of {args.steps} steps each, interleaved; {rows} sequences "
-          f"of {dims['seq']} tokens per step")  # fmt: skip
+          f"of {dims['seq']} tokens per step ({micro_batches} micro-batches where "
+          "micro-batched)")  # fmt: skip
     medians = {}
     for name, per_round in rounds.items():
         medians[name] = statistics.median(t for r in per_round for t in r)
         of_rounds = [statistics.median(r) for r in per_round]
         spread = max(of_rounds) - min(of_rounds)
-        print(f"{name:>13}: median step {medians[name] * 1e3:8.2f} ms, "
+        print(f"{name:>24}: median step {medians[name] * 1e3:8.2f} ms, "
               f"spread of round medians {spread * 1e3:7.2f} ms")  # fmt: skip
     base = medians["hand-written"]
-    print(f"ratio generated / hand-written: {medians['generated'] / base:.3f} (target <= 1.1)")
-    print(f"ratio train.py / hand-written:  {medians['train.py'] / base:.3f}")
+    for name in ("generated", "generated, micro-batched", "train.py"):
+        print(f"ratio {name} / hand-written: {medians[name] / base:.3f} (target <= 1.1)")
+    print(f"ratio train.py / generated, micro-batched: "
+          f"{medians['train.py'] / medians['generated, micro-batched']:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
