@@ -16,17 +16,20 @@ Every row does the same work per step: the spec's step, micro_batch * dp *
 micro_batches sequences (train.py --standalone takes them all in one process). The
 networks take them as one batch; "generated, micro-batched" takes them as train.py
 does, the generated network under MindSpore's Pipeline cell (one graph looping over
-micro_batches slices, parallel/nn/parallel_cell_wrapper.py PipelineCell.construct);
-the last row is the generated train.py itself (`--standalone --synthetic`: that loop,
-its TrainStep's gradient scaling, finiteness test, global norm and clipping, its AdamW
-and warm-up cosine schedule), its step times as its log.csv records them, the first
-two (the compile) left out. So the rows between them say where train.py's time goes:
-the micro-batch loop, then the step's own work.
+micro_batches slices, parallel/nn/parallel_cell_wrapper.py PipelineCell.construct).
+"train.py step" is the generated train.py's own step cell, built by its `build()` in
+this process (its Pipeline, TrainStep with gradient scaling, finiteness test, global
+norm and clipping, its AdamW and warm-up cosine schedule), on the same batch; "train.py
+run" is the script itself (`--standalone --synthetic`), its step times as its log.csv
+records them (wall time only), the first two (the compile) left out. The rows in
+between say where train.py's time goes: the micro-batch loop, then the step's own work.
 
-R rounds, each K steps of every jitted step and one run of train.py with K + 2 steps,
-in turn (interleaved: a slow moment of a shared machine falls on all of them). Prints
-each one's median step, the spread of its round medians (max - min), and the ratios
-to the hand-written model (target: at most 1.1).
+R rounds, each K steps of every step in this process and one run of train.py with
+K + 2 steps, in turn (interleaved: a slow moment of a shared machine falls on all of
+them). Prints each one's median step (wall), the spread of its round medians (max -
+min), and its median CPU time (the process's, all threads: less sensitive than wall
+time to other processes on a loaded machine), and the ratios to the hand-written model
+(target: at most 1.1).
 """
 
 from __future__ import annotations
@@ -139,24 +142,43 @@ def jitted_step(network, tokens, labels, micro_batches: int = 1):
     return lambda: step(x, y).asnumpy()
 
 
-def timed(step, k: int) -> list[float]:
+def timed(step, k: int) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of each of k steps."""
     times = []
     for _ in range(k):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         step()
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - wall, time.process_time() - cpu))
     return times
 
 
-def train_py_steps(folder: Path, k: int) -> list[float]:
-    """One run of the generated train.py: its log.csv's step times but the first two."""
+def train_py_step(folder: Path, tokens, labels):
+    """The generated train.py's step cell, built as its main() builds it stand-alone;
+    two warm-up steps done."""
+    import mindspore as ms
+
+    sys.path.insert(0, str(folder))  # train.py imports its model.py
+    module_spec = importlib.util.spec_from_file_location("bench_train", folder / "train.py")
+    train = importlib.util.module_from_spec(module_spec)
+    sys.modules["bench_train"] = train
+    module_spec.loader.exec_module(train)
+    cell = train.build(False, False).step_cell
+    x, y = ms.Tensor(tokens), ms.Tensor(labels)
+    for _ in range(2):
+        cell(x, y)[0].asnumpy()
+    return lambda: cell(x, y)[0].asnumpy()
+
+
+def train_py_steps(folder: Path, k: int) -> list[tuple[float, float]]:
+    """One run of the generated train.py: its log.csv's step times but the first two
+    (wall time; no CPU time: nan)."""
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, str(folder / "train.py"), "--standalone", "--synthetic",
                 "--steps", str(k + 2), "--output", out]  # fmt: skip
         subprocess.run(argv, cwd=folder, check=True, capture_output=True)
         (log,) = Path(out).rglob("log.csv")
         rows = list(csv.DictReader(log.open()))
-    return [float(r["step_time"]) for r in rows[2:]]
+    return [(float(r["step_time"]), math.nan) for r in rows[2:]]
 
 
 def main() -> None:
@@ -185,27 +207,31 @@ def main() -> None:
         "generated": jitted_step(network(), tokens, labels),
         "hand-written": jitted_step(hand_written(*sizes), tokens, labels),
         "generated, micro-batched": jitted_step(network(), tokens, labels, micro_batches),
+        "train.py step": train_py_step(folder, tokens, labels),
     }
-    rounds: dict[str, list[list[float]]] = {name: [] for name in [*steps, "train.py"]}
+    rounds: dict[str, list[list[tuple[float, float]]]] = {n: [] for n in [*steps, "train.py run"]}
     for _ in range(args.rounds):
         for name, step in steps.items():
             rounds[name].append(timed(step, args.steps))
-        rounds["train.py"].append(train_py_steps(folder, args.steps))
+        rounds["train.py run"].append(train_py_steps(folder, args.steps))
     print(f"{args.rounds} rounds of {args.steps} steps each, interleaved; {rows} sequences "
           f"of {dims['seq']} tokens per step ({micro_batches} micro-batches where "
           "micro-batched)")  # fmt: skip
-    medians = {}
+    wall, cpu = {}, {}
     for name, per_round in rounds.items():
-        medians[name] = statistics.median(t for r in per_round for t in r)
-        of_rounds = [statistics.median(r) for r in per_round]
+        wall[name] = statistics.median(w for r in per_round for w, _ in r)
+        cpu[name] = statistics.median(c for r in per_round for _, c in r)
+        of_rounds = [statistics.median(w for w, _ in r) for r in per_round]
         spread = max(of_rounds) - min(of_rounds)
-        print(f"{name:>24}: median step {medians[name] * 1e3:8.2f} ms, "
-              f"spread of round medians {spread * 1e3:7.2f} ms")  # fmt: skip
-    base = medians["hand-written"]
-    for name in ("generated", "generated, micro-batched", "train.py"):
-        print(f"ratio {name} / hand-written: {medians[name] / base:.3f} (target <= 1.1)")
-    print(f"ratio train.py / generated, micro-batched: "
-          f"{medians['train.py'] / medians['generated, micro-batched']:.3f}")  # fmt: skip
+        print(f"{name:>24}: median step {wall[name] * 1e3:8.2f} ms, spread of round medians "
+              f"{spread * 1e3:7.2f} ms, median CPU {cpu[name] * 1e3:8.2f} ms")  # fmt: skip
+    base = "hand-written"
+    for name in ("generated", "generated, micro-batched", "train.py step", "train.py run"):
+        print(f"ratio {name} / {base}: wall {wall[name] / wall[base]:.3f}, "
+              f"CPU {cpu[name] / cpu[base]:.3f} (target <= 1.1)")  # fmt: skip
+    looped = "generated, micro-batched"
+    print(f"ratio train.py step / {looped}: wall {wall['train.py step'] / wall[looped]:.3f}, "
+          f"CPU {cpu['train.py step'] / cpu[looped]:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
