@@ -213,6 +213,15 @@ class OpDef:
     def tensor_args(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "tensor")
 
+    def shared_from(self, args: dict) -> dict[str, str]:
+        """The ops whose parameters this one reads instead of owning its own, by the
+        argument (of kind `op`, as linear's `tie = emb`) naming each."""
+        return {
+            a.name: args[a.name]
+            for a in self.args
+            if a.kind == "op" and isinstance(args.get(a.name), str)
+        }
+
     def shape(self, node: OpNode, inputs: list[tuple[int, ...]], ctx: Context) -> tuple[int, ...]:
         raise NotImplementedError
 
