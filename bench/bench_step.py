@@ -7,10 +7,10 @@ generated train.py's own step.
 Both models are the GPT layer of specs/tiny.msl (layernorm, fused qkv, causal attention,
 projection, dropout, residual, layernorm, exact-GELU MLP, dropout, residual), learned
 positions, the output layer tied to the embedding, full recompute of each layer, mean
-next-token cross entropy; fp32. Both train with the same AdamWeightDecay in one jitted
-step (value_and_grad, then the optimizer), after two untimed warm-up steps (the
-compile). The hand-written model is what a MindSpore user writes without msgen:
-nn.Dense, nn.LayerNorm, ops.softmax and ops.cross_entropy.
+next-token cross entropy; fp32. Both train with the same AdamWeightDecay in one
+compiled step (nn.TrainOneStepCell), after two untimed warm-up steps (the compile).
+The hand-written model is what a MindSpore user writes without msgen: nn.Dense,
+nn.LayerNorm, ops.softmax and ops.cross_entropy.
 
 Every row does the same work per step: the spec's step, micro_batch * dp *
 micro_batches sequences (train.py --standalone takes them all in one process). The
@@ -117,9 +117,12 @@ def hand_written(vocab, hidden, heads, ffn, layers, seq):
     return Net()
 
 
-def jitted_step(network, tokens, labels, micro_batches: int = 1):
-    """A compiled train step of `network` and its batch; two warm-up steps done. With
-    micro_batches > 1 the network runs under the Pipeline cell, as train.py's does."""
+def compiled_step(network, tokens, labels, micro_batches: int = 1):
+    """A compiled train step of `network` and its batch, MindSpore's own
+    nn.TrainOneStepCell (forward, gradients, the optimizer, in one graph, a Cell as
+    train.py's TrainStep is: an @ms.jit function around value_and_grad took about twice
+    the CPU time per step here); two warm-up steps done. With micro_batches > 1 the
+    network runs under the Pipeline cell, as train.py's does."""
     import mindspore as ms
     from mindspore import nn
     from mindspore.parallel.nn import Pipeline
@@ -127,15 +130,8 @@ def jitted_step(network, tokens, labels, micro_batches: int = 1):
     if micro_batches > 1:
         network = Pipeline(network, micro_batches)
     optimizer = nn.AdamWeightDecay(network.trainable_params(), 1e-3)
-    grad_fn = ms.value_and_grad(network, None, optimizer.parameters)
-
-    @ms.jit
-    def step(x, y):
-        loss, grads = grad_fn(x, y)
-        optimizer(grads)
-        return loss
-
-    network.set_train(True)
+    step = nn.TrainOneStepCell(network, optimizer)
+    step.set_train(True)
     x, y = ms.Tensor(tokens), ms.Tensor(labels)
     for _ in range(2):
         step(x, y).asnumpy()
@@ -204,9 +200,9 @@ def main() -> None:
     sizes = (dims["vocab"], dims["hidden"], dims["heads"], dims["ffn"], dims["layers"], dims["seq"])
     network, folder = generated_network(args.spec)
     steps = {
-        "generated": jitted_step(network(), tokens, labels),
-        "hand-written": jitted_step(hand_written(*sizes), tokens, labels),
-        "generated, micro-batched": jitted_step(network(), tokens, labels, micro_batches),
+        "generated": compiled_step(network(), tokens, labels),
+        "hand-written": compiled_step(hand_written(*sizes), tokens, labels),
+        "generated, micro-batched": compiled_step(network(), tokens, labels, micro_batches),
         "train.py step": train_py_step(folder, tokens, labels),
     }
     rounds: dict[str, list[list[tuple[float, float]]]] = {n: [] for n in [*steps, "train.py run"]}
