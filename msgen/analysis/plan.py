@@ -17,6 +17,7 @@ from msgen.analysis.facts import Facts, GraphFacts
 from msgen.analysis.globs import glob_runs
 from msgen.ir.models import FusionGroup, OpNode, Spec
 from msgen.ir.schema import Schedule
+from msgen.ops import OPS
 from msgen.ops.base import Param
 
 DEFAULT_FUSION_ID = 1  # MindSpore's default group keeps what no fusion group takes
@@ -252,7 +253,7 @@ class Plan:
         nodes = {n.name: n for n in self.spec.network.ops}
         stages = {self.network_op_stage(nodes[op])}
         for n in self.spec.network.ops:
-            if n.args.get("tie") == op:
+            if n.kind in OPS and op in OPS[n.kind].shared_from(n.args).values():
                 stages.add(self.network_op_stage(n))
         return tuple(sorted(stages))
 
