@@ -47,14 +47,18 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
     - router [256, 4], whole: 1,024 elements, under the threshold: whole.
     - shared gate, up [256, 256] @ [1, tp]: 256 x 128 = 32,768, first dim 256 over
       dp = 4: 8,192; shared down @ [tp, 1]: 128 x 256, 128 / 4: 8,192.
-    Weights and gradients whole at zero 1 (4 bytes each), Adam m + v 8 bytes."""
+    At zero 1 (hsdp level 1) a sliced weight is stored as its slice plus the whole
+    weight its forward AllGather keeps until backward, and its gradient as the slice
+    (the AllGather's backward is a ReduceScatter): 4 bytes each; Adam m + v 8 bytes
+    per element of the slice."""
     result = analysed()
     states = param_states(
         list(moe_facts(result).params), sizes(result), precision(result.spec), zero=1
     )
     n = 1024 + 3 * 65536 + 3 * 32768
     assert states.params == n
-    assert states.weights == 4 * n and states.grads == 4 * n
+    assert states.weights == 4 * (1024 + 3 * (65536 + 32768) + 3 * (32768 + 8192))
+    assert states.grads == 4 * (1024 + 3 * 32768 + 3 * 8192)
     assert states.optimizer == 8 * (1024 + 3 * 32768 + 3 * 8192)
 
 

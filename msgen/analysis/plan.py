@@ -253,7 +253,7 @@ class Plan:
         nodes = {n.name: n for n in self.spec.network.ops}
         stages = {self.network_op_stage(nodes[op])}
         for n in self.spec.network.ops:
-            if n.args.get("tie") == op:
+            if n.kind in OPS and op in OPS[n.kind].shared_from(n.args).values():
                 stages.add(self.network_op_stage(n))
         return tuple(sorted(stages))
 

@@ -202,6 +202,10 @@ class OpDef:
     # The bytes of one element of its output when not the compute dtype's (a loss,
     # computed in fp32).
     output_itemsize: ClassVar[int | None] = None
+    # Its weight starts scaled by depth (std 0.02 / sqrt(2 * layers), GPT-2 and
+    # Megatron-LM's output layers) when its output reaches a residual join through ops
+    # that only scale it: `residual_join`, `scales_only` below.
+    output_layer: ClassVar[bool] = False
 
     def arg(self, node: OpNode, name: str):
         """An argument as written, else its declared default."""
@@ -211,6 +215,15 @@ class OpDef:
 
     def tensor_args(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "tensor")
+
+    def shared_from(self, args: dict) -> dict[str, str]:
+        """The ops whose parameters this one reads instead of owning its own, by the
+        argument (of kind `op`, as linear's `tie = emb`) naming each."""
+        return {
+            a.name: args[a.name]
+            for a in self.args
+            if a.kind == "op" and isinstance(args.get(a.name), str)
+        }
 
     def shape(self, node: OpNode, inputs: list[tuple[int, ...]], ctx: Context) -> tuple[int, ...]:
         raise NotImplementedError
@@ -242,6 +255,15 @@ class OpDef:
         keeps its output, as MindSpore does for a Cell.
         """
         return not self.composite
+
+    def residual_join(self, node: OpNode) -> bool:
+        """Whether the op adds a branch into the residual stream (`x + branch`)."""
+        return False
+
+    def scales_only(self, node: OpNode) -> bool:
+        """Whether the op only scales its one tensor operand (dropout, times a constant),
+        so an output layer in front of it still feeds the residual join behind it."""
+        return False
 
     # emission -----------------------------------------------------------------
 
