@@ -171,17 +171,21 @@ def run(folder: Path, *args: str) -> subprocess.Popen:
     )
 
 
-def rehearse_and_standalone(folder: Path) -> None:
-    """Both runs side by side, STEPS steps each, into output_rehearse/ and output_standalone/."""
+def rehearse_and_standalone(folder: Path) -> dict[str, str]:
+    """Both runs side by side, STEPS steps each, into output_rehearse/ and output_standalone/;
+    what each printed."""
     procs = {
         mode: run(
             folder, f"--{mode}", "--synthetic", "--steps", str(STEPS), "--output", f"output_{mode}"
         )
         for mode in ("rehearse", "standalone")
     }
+    printed = {}
     for mode, proc in procs.items():
         out, _ = proc.communicate(timeout=900)
         assert proc.returncode == 0, f"--{mode} failed:\n{out[-4000:]}"
+        printed[mode] = out
+    return printed
 
 
 def losses(folder: Path, mode: str) -> list[float]:
@@ -224,7 +228,12 @@ def test_a_rehearsal_trains_as_standalone(case, tmp_path):
     folder = compile_spec(
         write_spec(tmp_path, zero, pp, micro_batches, loss_scale), tmp_path / "out"
     )
-    rehearse_and_standalone(folder)
+    printed = rehearse_and_standalone(folder)
+    # One process, one rank folder: the first line says so, not the cluster's world size.
+    assert (
+        f"; world size 1 (--rehearse: the dp 1 x tp 2 x pp {pp} mesh in one process); "
+        f"writing {folder / 'output_rehearse' / 'rank_0'}" in printed["rehearse"].splitlines()[0]
+    )
     assert_rehearsal_is_standalone(folder)
     built = rehearsal_json(folder)
     accumulates = pp > 1 or micro_batches > 1

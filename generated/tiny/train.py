@@ -919,13 +919,15 @@ def parse_args():
 def main():
     args = parse_args()
     # At once, before the slow parts: what the run does, on how many processes, where.
-    rank_folder = "rank_0" if args.standalone else "rank_<rank>"
+    one_process = args.standalone or args.rehearse
+    rank_folder = "rank_0" if one_process else "rank_<rank>"
     print(
         f"train.py: {'resuming' if args.resume else 'training'} tiny to step {args.steps}"
         f" on {'synthetic data' if args.synthetic else DATA or 'no data'}; "
         + (
-            f"world size 1 (--standalone: the dp {DP} x tp {TP} x pp {PP} mesh in one process)"
-            if args.standalone
+            f"world size 1 (--{'standalone' if args.standalone else 'rehearse'}: "
+            f"the dp {DP} x tp {TP} x pp {PP} mesh in one process)"
+            if one_process
             else f"world size {DP * TP * PP} (dp {DP} x tp {TP} x pp {PP})"
         )
         + f"; writing {args.output.absolute() / rank_folder}",
