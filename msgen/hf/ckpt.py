@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from msgen.ckpt.expected import check_tensors, spec_params
+from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE
 from msgen.commands.files import new_file_mode
 from msgen.commands.status import EXIT_OK, UsageError
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
@@ -31,8 +33,6 @@ from msgen.hf.tensors import (
     read_tensor,
 )
 
-INIT_FILE = "model.ckpt"  # what from-hf writes and --init-from loads
-SOURCE_FILE = "source.json"  # the source config and each tensor's dtype, for to-hf
 SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size
 DTYPE_OF = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
@@ -45,19 +45,6 @@ class CkptOptions:
     force: bool = False
     shard_bytes: int = SHARD_BYTES
     origin: Path | None = None  # to-hf of a run: the from-hf folder it started from
-
-
-def spec_params(result) -> dict[str, tuple[int, ...]]:
-    """Every parameter path of the analysed spec with its logical shape."""
-    from msgen.analysis.plan import build_plan
-
-    plan = build_plan(result.spec, result.facts)
-    out = {f"{op}.{p.name}": tuple(p.shape) for op, p in plan.network_params()}
-    for rep in plan.repeats:
-        for copy in range(rep.count):
-            for op, p in plan.layer_params(rep.layer):
-                out[f"{rep.layer}.{copy}.{op}.{p.name}"] = tuple(p.shape)
-    return out
 
 
 def _hf_files(folder: Path) -> dict[str, Path]:
@@ -115,18 +102,6 @@ def _write_bytes(path: Path, chunks) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def check_against_spec(converted: dict[str, tuple[int, ...]], expected: dict) -> None:
-    """Names, shapes and counts equal, or a usage error naming the first difference."""
-    for name, shape in converted.items():
-        if name not in expected:
-            raise UsageError(f"{name} is not a parameter of the spec")
-        if tuple(shape) != expected[name]:
-            raise UsageError(f"{name} is {list(shape)} here, {list(expected[name])} in the spec")
-    missing = sorted(set(expected) - set(converted))
-    if missing:
-        raise UsageError(f"the spec's {missing[0]} has no tensor ({len(missing)} missing)")
-
-
 def from_hf(result, options: CkptOptions) -> int:
     import mindspore as ms
 
@@ -144,7 +119,7 @@ def from_hf(result, options: CkptOptions) -> int:
         return np.broadcast_to(np.float32(0), shapes[name])
 
     expected = spec_params(result)
-    check_against_spec({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+    check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
 
     def load(name: str) -> np.ndarray:
         array, dtype = read_tensor(files[name], name, headers[files[name]])
@@ -201,7 +176,7 @@ def to_hf_command(result, options: CkptOptions) -> int:
     except (ValueError, RuntimeError, OSError) as exc:
         raise UsageError(f"cannot read {checkpoint}: {exc}") from exc
     expected = spec_params(result)
-    check_against_spec({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
+    check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
 
     def get(name: str) -> np.ndarray:
         return saved[name].float().asnumpy()
