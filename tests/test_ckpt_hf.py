@@ -40,11 +40,10 @@ def msgen(*args) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def hf_model(family: str, folder: Path, dtype) -> object:
+def hf_model(family: str, folder: Path, dtype, **sizes) -> object:
     name, extra = MODELS[family]
     config = getattr(transformers, name)(
-        hidden_size=64,
-        intermediate_size=96,
+        **{"hidden_size": 64, "intermediate_size": 96, **sizes},
         num_attention_heads=4,
         num_hidden_layers=2,
         vocab_size=128,
@@ -232,3 +231,68 @@ def test_a_tensor_its_shard_does_not_hold_is_named(tmp_path):
     code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")
     assert code == 2 and "model.norm.weight is not in" in err and "Traceback" not in err
     assert not (tmp_path / "init").exists()
+
+
+SLICED_MESHES = {
+    # tensor and pipeline parallel: q/k/v, MLP and vocab split on tp, the layers on 2 stages
+    "tp2_pp2": ("mesh.dp=1", "mesh.tp=2", "mesh.pp=2"),
+    # and the parallel optimizer: weights further split along dim 0 over the dp ranks
+    "dp2_tp2_zero1": ("mesh.dp=2", "mesh.tp=2", "mesh.pp=1", "train.zero=1"),
+}
+
+
+@pytest.mark.parametrize("mesh", sorted(SLICED_MESHES))
+def test_from_hf_per_rank_slices_merge_back_to_the_whole_weights(tmp_path, mesh):
+    """from-hf for a mesh that slices writes each rank's slices with its stage's strategy
+    file; MindSpore's transform_checkpoints (msgen ckpt merge) puts them back together
+    into exactly the whole checkpoint from-hf writes for one device."""
+    hf_model("llama", tmp_path / "hf", torch.float32, intermediate_size=256)  # 64 KB: zero's
+    spec = tmp_path / "m.msl"
+    code, err = msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
+                      "--devices", 4, "--per-node", 4)  # fmt: skip
+    assert code == 0, err
+    sets = [a for s in SLICED_MESHES[mesh] for a in ("--set", s)]
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "whole")[0] == 0
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)
+    assert code == 0, err
+    assert not (tmp_path / "ranks" / "model.ckpt").exists()
+    strategy = json.loads((tmp_path / "ranks" / "rank_0" / "strategy.json").read_text())
+    sharded = [v["opt_weight_shard_size"] for v in strategy["parallel_layout_item"].values()]
+    assert any(sharded) == ("train.zero=1" in SLICED_MESHES[mesh])
+    assert sorted(p.name for p in (tmp_path / "ranks").glob("rank_*")) == [
+        f"rank_{r}" for r in range(4)
+    ]
+    code, err = msgen("ckpt", "merge", spec, tmp_path / "ranks", "-o", tmp_path / "m.ckpt", *sets)
+    assert code == 0, err
+    whole = ms.load_checkpoint(str(tmp_path / "whole" / "model.ckpt"))
+    merged = ms.load_checkpoint(str(tmp_path / "m.ckpt"))
+    assert set(merged) == set(whole)
+    for name, value in whole.items():
+        assert np.array_equal(merged[name].asnumpy(), value.asnumpy()), name
+
+
+def test_a_ranks_slice_is_the_one_mindspore_cuts_for_it(tmp_path):
+    """Each rank's tensor-parallel slice equals MindSpore's own cut for that rank
+    (parallel/_tensor.py `_load_tensor`, from the strategy file's device matrix and
+    tensor map): the first dim of o and down, the second of qkv, gate and up."""
+    from mindspore.parallel._tensor import _load_tensor
+
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
+                 "--devices", 2, "--per-node", 2)[0] == 0  # fmt: skip
+    sets = ("--set", "mesh.dp=1", "--set", "mesh.tp=2")
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "whole")[0] == 0
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)[0] == 0
+    whole = ms.load_checkpoint(str(tmp_path / "whole" / "model.ckpt"))
+    split_dims = set()
+    for rank in range(2):
+        folder = tmp_path / "ranks" / f"rank_{rank}"
+        layouts = json.loads((folder / "strategy.json").read_text())["parallel_layout_item"]
+        for name, value in ms.load_checkpoint(str(folder / "model.ckpt")).items():
+            layout = layouts[name]
+            cut = _load_tensor(whole[name], layout["dev_matrix"], layout["tensor_map"],
+                               rank_id=rank)  # fmt: skip
+            assert np.array_equal(value.asnumpy(), cut), (rank, name)
+            split_dims |= {d for d, m in enumerate(layout["tensor_map"]) if m >= 0}
+    assert split_dims == {0, 1}

@@ -11,7 +11,6 @@ first; the output appears whole or not at all.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -24,6 +23,7 @@ from msgen.ckpt.expected import (
     check_tensors,
     expected_strategies,
     spec_params,
+    stage_layouts,
     with_moments,
 )
 from msgen.ckpt.runs import (
@@ -35,7 +35,7 @@ from msgen.ckpt.runs import (
     run_strategies,
     stage,
 )
-from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
+from msgen.ckpt.slices import LayoutError, slice_shape
 from msgen.ckpt.transform import load, merged_strategy, transform
 from msgen.commands.files import new_file_mode
 from msgen.commands.status import EXIT_OK, UsageError
@@ -127,14 +127,6 @@ def merge_command(result, options: TransformOptions) -> int:
     return EXIT_OK
 
 
-def _stage_of(rank: int, target: dict[str, str]) -> tuple[str, dict]:
-    """The target strategy file of `rank`'s pipeline stage, and its layouts."""
-    texts = [target[f"stage_{s}.json"] for s in range(len(target))]
-    layouts = [json.loads(t)["parallel_layout_item"] for t in texts]
-    per_stage = stage_devices(next(iter(layouts[0].values())))
-    return texts[rank // per_stage], layouts[rank // per_stage]
-
-
 def _rank_shapes(logical: dict, layouts: dict) -> dict[str, tuple[int, ...]]:
     """The slice shape of each tensor a rank of this stage holds."""
     try:
@@ -153,7 +145,8 @@ def reshard_command(source_result, target_result, options: TransformOptions) -> 
     if out.is_dir() and any(out.iterdir()) and not options.force:
         raise UsageError(f"-o {out} is not empty; add --force to write into it")
     source = read_source(source_result, options)
-    target = expected_strategies(target_result, options.spec) or None
+    stages = stage_layouts(target_result, options.spec)
+    target = {f"stage_{s}.json": stage.text for s, stage in enumerate(stages)} or None
     logical = with_moments(spec_params(target_result))
     name = INIT_FILE if source.files[0].name == INIT_FILE else f"step_{source.step:08d}.ckpt"
     mesh = target_result.spec.mesh
@@ -167,9 +160,9 @@ def reshard_command(source_result, target_result, options: TransformOptions) -> 
             file = made[rank if target else 0]
             want = logical
             if target:
-                text, layouts = _stage_of(rank, target)
-                want = _rank_shapes(logical, layouts)
-                (folder / STRATEGY_FILE).write_text(text, encoding="utf-8")
+                stage = stages[rank // stages[0].devices]
+                want = _rank_shapes(logical, stage.layouts)
+                (folder / STRATEGY_FILE).write_text(stage.text, encoding="utf-8")
             check_tensors(_shapes(load(file)), want, f"rank {rank}")
             shutil.copyfile(file, folder / name)
         if (options.run / SOURCE_FILE).is_file():

@@ -4,8 +4,11 @@ check that a checkpoint is one of this spec's (every name known, every shape rig
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.ckpt.slices import stage_devices
 from msgen.commands.status import UsageError
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
@@ -51,6 +54,25 @@ def expected_strategies(result, spec_path: Path) -> dict[str, str]:
         for path, text in files.items()
         if path.startswith("strategy/")
     }
+
+
+@dataclass(frozen=True)
+class Stage:
+    text: str  # the strategy file compile writes for it
+    layouts: dict  # tensor name -> its layout there
+    devices: int  # ranks in the stage
+
+
+def stage_layouts(result, spec_path: Path) -> list[Stage]:
+    """The spec's pipeline stages in order, as its strategy files lay them out; empty
+    for a data-parallel mesh (every rank whole)."""
+    files = expected_strategies(result, spec_path)
+    stages = []
+    for s in range(len(files)):
+        text = files[f"stage_{s}.json"]
+        layouts = json.loads(text)["parallel_layout_item"]
+        stages.append(Stage(text, layouts, stage_devices(next(iter(layouts.values())))))
+    return stages
 
 
 def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]], where=""):

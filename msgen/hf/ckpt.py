@@ -18,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from msgen.ckpt.expected import check_tensors, spec_params
-from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE
+from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
+from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE
+from msgen.ckpt.slices import slice_of
 from msgen.commands.files import new_file_mode
 from msgen.commands.status import EXIT_OK, UsageError
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
-from msgen.hf.layout import hf_names, to_hf, to_msgen
+from msgen.hf.layout import hf_names, msgen_prefix, to_hf, to_msgen
 from msgen.hf.tensors import (
     TensorFileError,
     as_float32,
@@ -127,22 +128,63 @@ def from_hf(result, options: CkptOptions) -> int:
 
     dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}
     param = dtype[result.spec.model.param_dtype.value]
-    params = [
-        {"name": n, "data": ms.Tensor(np.ascontiguousarray(a), dtype=param)}
-        for n, a in to_msgen(model, load)
-    ]
+    stages = stage_layouts(result, options.spec)
     _fresh_folder(options.output, options.force)
-    tmp = options.output / ".model.msgen-new.ckpt"  # save_checkpoint appends .ckpt otherwise
-    try:
-        ms.save_checkpoint(params, str(tmp))
-        os.replace(tmp, options.output / INIT_FILE)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if stages:
+        count = _write_ranks(model, load, zeros, stages, param, options.output)
+        wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
+    else:
+        tensors = (
+            (n, ms.Tensor(np.ascontiguousarray(a), dtype=param)) for n, a in to_msgen(model, load)
+        )
+        params = [{"name": n, "data": t} for n, t in tensors]
+        _save(params, options.output / INIT_FILE)
+        wrote = f"{options.output / INIT_FILE}: {len(params)} parameters"
     config = json.loads((options.source / "config.json").read_text(encoding="utf-8"))
     source = {"config": config, "dtypes": dtypes}
     _write_bytes(options.output / SOURCE_FILE, [json.dumps(source, indent=1).encode()])
-    print(f"wrote {options.output / INIT_FILE}: {len(params)} parameters", file=sys.stderr)
+    print(f"wrote {wrote}", file=sys.stderr)
     return EXIT_OK
+
+
+def _save(params: list[dict], path: Path) -> None:
+    import mindspore as ms
+
+    tmp = path.with_name(f".{path.stem}.msgen-new.ckpt")  # save_checkpoint appends .ckpt otherwise
+    try:
+        ms.save_checkpoint(params, str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> int:
+    """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
+    beside them (so the folder merges as a run does). Rank by rank, each reading only
+    the tensors its stage holds: host memory is one rank's slices and one tensor."""
+    import mindspore as ms
+
+    prefixes = {n: msgen_prefix(model, n) for n in hf_names(model)}
+    rank = 0
+    for stage in stages:
+        needed = {n for n in stage.layouts if not n.startswith(MOMENTS + ("accu_grads.",))}
+        read = {h for h, pre in prefixes.items() if any(n.startswith(pre) for n in needed)}
+
+        def get(name: str, read=read) -> np.ndarray:  # another stage's: its shape, unread
+            return load(name) if name in read else zeros(name)
+
+        for local in range(stage.devices):
+            params = [
+                {"name": n, "data": ms.Tensor(np.ascontiguousarray(slice_of(a, stage.layouts[n], local)), dtype=param)}
+                for n, a in to_msgen(model, get)
+                if n in needed
+            ]  # fmt: skip
+            folder = output / f"rank_{rank}"
+            folder.mkdir(exist_ok=True)
+            _write_bytes(folder / STRATEGY_FILE, [stage.text.encode()])
+            _save(params, folder / INIT_FILE)
+            rank += 1
+    return rank
 
 
 def newest_checkpoint(folder: Path) -> Path:
