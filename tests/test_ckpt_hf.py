@@ -269,6 +269,12 @@ def test_from_hf_per_rank_slices_merge_back_to_the_whole_weights(tmp_path, mesh)
     assert set(merged) == set(whole)
     for name, value in whole.items():
         assert np.array_equal(merged[name].asnumpy(), value.asnumpy()), name
+    # to-hf merges the slices first: the source tensors come back
+    code, err = msgen("ckpt", "to-hf", spec, tmp_path / "ranks", "-o", tmp_path / "back", *sets)
+    assert code == 0, err
+    source, back = tmp_path / "hf" / "model.safetensors", tmp_path / "back" / "model.safetensors"
+    for name in read_header(source)[0]:
+        assert np.array_equal(read_tensor(source, name)[0], read_tensor(back, name)[0]), name
 
 
 def test_a_ranks_slice_is_the_one_mindspore_cuts_for_it(tmp_path):

@@ -56,9 +56,8 @@ class Source:
     strategy: dict[str, str | Path] | None  # flat name -> strategy text or file
 
 
-def read_source(result, options: TransformOptions) -> Source:
+def read_source(result, spec: Path, run: Path) -> Source:
     """The run's newest common step and the strategy files that describe its slices."""
-    run = options.run
     if (run / INIT_FILE).is_file() and not any(run.glob("rank_*")):
         return Source(0, [run / INIT_FILE], None)  # from-hf's whole checkpoint
     folders = rank_folders(run)
@@ -66,7 +65,7 @@ def read_source(result, options: TransformOptions) -> Source:
     own = run_strategies(folders)
     if own is not None:
         return Source(step, files, {f"{p.parent.name}.json": p for p in own})
-    expected = expected_strategies(result, options.spec)
+    expected = expected_strategies(result, spec)
     mesh = result.spec.mesh
     world = mesh.dp * mesh.tp * mesh.pp
     if expected and len(folders) != world:
@@ -103,6 +102,14 @@ def _transformed(source: Source, work: Path, target: dict[str, str] | None) -> d
     return transform(stage(source.files, work / "staged"), work / "out", src, dst)
 
 
+def whole_checkpoint(result, spec: Path, run: Path, work: Path) -> tuple[int, Path]:
+    """(step, file) of the run's newest common step as one whole checkpoint: the file
+    itself when it is whole, else merged under `work`."""
+    source = read_source(result, spec, run)
+    (path,) = _transformed(source, work, None).values()
+    return source.step, path
+
+
 def _refuse_overwrite(options: TransformOptions) -> None:
     if options.output.resolve() == options.run.resolve():
         raise UsageError(f"-o {options.output} is the run itself: name another output")
@@ -115,15 +122,14 @@ def merge_command(result, options: TransformOptions) -> int:
         raise UsageError(f"-o {out} is a folder; merge writes one checkpoint file")
     if out.exists() and not options.force:
         raise UsageError(f"-o {out} exists; add --force to replace it")
-    source = read_source(result, options)
     with scratch(out.parent) as work:
-        (merged,) = _transformed(source, work, None).values()
+        step, merged = whole_checkpoint(result, options.spec, options.run, work)
         check_tensors(_shapes(load(merged)), with_moments(spec_params(result)), str(options.run))
         staged = work / "merged.ckpt"
         shutil.copyfile(merged, staged)
         os.chmod(staged, new_file_mode())
         os.replace(staged, out)
-    print(f"wrote {out}: step {source.step} of {options.run}, merged", file=sys.stderr)
+    print(f"wrote {out}: step {step} of {options.run}, merged", file=sys.stderr)
     return EXIT_OK
 
 
@@ -144,7 +150,7 @@ def reshard_command(source_result, target_result, options: TransformOptions) -> 
         raise UsageError(f"-o {out} is not a folder")
     if out.is_dir() and any(out.iterdir()) and not options.force:
         raise UsageError(f"-o {out} is not empty; add --force to write into it")
-    source = read_source(source_result, options)
+    source = read_source(source_result, options.spec, options.run)
     stages = stage_layouts(target_result, options.spec)
     target = {f"stage_{s}.json": stage.text for s, stage in enumerate(stages)} or None
     logical = with_moments(spec_params(target_result))

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from msgen.ckpt.command import scratch, whole_checkpoint
 from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
 from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE
 from msgen.ckpt.slices import slice_of
+from msgen.ckpt.transform import load
 from msgen.commands.files import new_file_mode
 from msgen.commands.status import EXIT_OK, UsageError
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
@@ -187,36 +188,16 @@ def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> in
     return rank
 
 
-def newest_checkpoint(folder: Path) -> Path:
-    """from-hf's model.ckpt, or the newest step of a one-rank run folder."""
-    if (folder / INIT_FILE).is_file():
-        return folder / INIT_FILE
-    ranks = sorted(folder.glob("rank_*"))
-    if len(ranks) > 1:
-        raise UsageError(f"{folder} holds {len(ranks)} ranks' slices: merge them first")
-    steps = sorted(
-        (int(m.group(1)), p)
-        for p in (ranks[0] if ranks else folder).glob("step_*.ckpt")
-        if (m := re.fullmatch(r"step_(\d+)\.ckpt", p.name))
-    )
-    if not steps:
-        raise UsageError(f"{folder} holds no {INIT_FILE} and no step_*.ckpt")
-    return steps[-1][1]
-
-
 def to_hf_command(result, options: CkptOptions) -> int:
-    import mindspore as ms
 
     source_file = (options.origin or options.source) / SOURCE_FILE
     if not source_file.is_file():
         raise UsageError(f"{source_file} not found: name the folder from-hf wrote with --from-hf")
     source = json.loads(source_file.read_text(encoding="utf-8"))
     model = model_of(source["config"])
-    checkpoint = newest_checkpoint(options.source)
-    try:
-        saved = ms.load_checkpoint(str(checkpoint))
-    except (ValueError, RuntimeError, OSError) as exc:
-        raise UsageError(f"cannot read {checkpoint}: {exc}") from exc
+    with scratch(options.output.parent) as work:  # a run's slices merged first
+        step, checkpoint = whole_checkpoint(result, options.spec, options.source, work)
+        saved = load(checkpoint)
     expected = spec_params(result)
     check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
 
@@ -242,7 +223,10 @@ def to_hf_command(result, options: CkptOptions) -> int:
             options.output / "model.safetensors.index.json", [json.dumps(index, indent=2).encode()]
         )
     _write_bytes(options.output / "config.json", [json.dumps(source["config"], indent=2).encode()])
-    print(f"wrote {options.output}: {len(tensors)} tensors from {checkpoint}", file=sys.stderr)
+    at = f"step {step} of " if step else ""
+    print(
+        f"wrote {options.output}: {len(tensors)} tensors from {at}{options.source}", file=sys.stderr
+    )
     return EXIT_OK
 
 
