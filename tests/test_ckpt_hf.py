@@ -302,3 +302,27 @@ def test_a_ranks_slice_is_the_one_mindspore_cuts_for_it(tmp_path):
             assert np.array_equal(value.asnumpy(), cut), (rank, name)
             split_dims |= {d for d, m in enumerate(layout["tensor_map"]) if m >= 0}
     assert split_dims == {0, 1}
+
+
+@pytest.mark.slow
+def test_init_from_per_rank_slices_standalone_asks_for_the_merge(tmp_path):
+    """A stand-alone run holds whole weights: given the per-rank slices from-hf wrote
+    for a sliced mesh, train.py says to merge them, in one line, before any step."""
+    import subprocess
+
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
+                 "--devices", 2, "--per-node", 2)[0] == 0  # fmt: skip
+    sets = ("--set", "mesh.dp=1", "--set", "mesh.tp=2")
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)[0] == 0
+    compiled_network(spec, tmp_path / "gen")
+    tree = next(p for p in (tmp_path / "gen").iterdir() if p.is_dir())
+    run = subprocess.run(
+        [sys.executable, "train.py", "--standalone", "--synthetic", "--steps", "1"]
+        + ["--init-from", str(tmp_path / "ranks"), "--output", str(tmp_path / "out")],
+        cwd=tree, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert "holds per-rank slices; msgen ckpt merge makes the whole weights" in run.stderr
+    assert not list((tmp_path / "out").glob("rank_0/step_*.ckpt"))
