@@ -159,11 +159,27 @@ def _save(params: list[dict], path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _rank_slices(tensors, needed: set, stage, local: int, dtype) -> list[dict]:
+    """One rank's slices of the converted tensors, as save_checkpoint takes them
+    (from_numpy shares the slice's memory; a cast makes the one copy of another dtype)."""
+    import mindspore as ms
+
+    out = []
+    for name, array in tensors:
+        if name in needed:
+            tensor = ms.Tensor.from_numpy(
+                np.ascontiguousarray(slice_of(array, stage.layouts[name], local))
+            )
+            out.append(
+                {"name": name, "data": tensor if tensor.dtype == dtype else tensor.astype(dtype)}
+            )
+    return out
+
+
 def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
     beside them (so the folder merges as a run does). Rank by rank, each reading only
     the tensors its stage holds: host memory is one rank's slices and one tensor."""
-    import mindspore as ms
 
     prefixes = {n: msgen_prefix(model, n) for n in hf_names(model)}
     rank = 0
@@ -175,15 +191,12 @@ def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> in
             return load(name) if name in read else zeros(name)
 
         for local in range(stage.devices):
-            params = [
-                {"name": n, "data": ms.Tensor(np.ascontiguousarray(slice_of(a, stage.layouts[n], local)), dtype=param)}
-                for n, a in to_msgen(model, get)
-                if n in needed
-            ]  # fmt: skip
             folder = output / f"rank_{rank}"
             folder.mkdir(exist_ok=True)
             _write_bytes(folder / STRATEGY_FILE, [stage.text.encode()])
-            _save(params, folder / INIT_FILE)
+            _save(
+                _rank_slices(to_msgen(model, get), needed, stage, local, param), folder / INIT_FILE
+            )
             rank += 1
     return rank
 
