@@ -597,8 +597,9 @@ def init_weights(folder, rank, network, distributed):
     """--init-from: the network's weights from `folder`, by parameter path and shape;
     the optimizer moments stay zero and the step 0 (a new run from these weights).
     Under semi-auto parallel each rank loads its own slices, `rank_<r>/model.ckpt`
-    (msgen ckpt from-hf writes them for this mesh), into the parameters MindSpore
-    sliced for it (own_state); otherwise the whole weights, `model.ckpt`."""
+    (msgen ckpt from-hf writes them for this mesh), into the parameters MindSpore laid
+    out for its stage when the step compiled (`sliced`, set by _slice_parameter in
+    parallel/_utils.py); otherwise the whole weights, `model.ckpt`."""
     params = {p.name: p for p in network.get_parameters()}
     sliced = distributed and any(p.sliced for p in params.values())
     path = folder / f"rank_{rank}" / INIT_FILE if sliced else folder / INIT_FILE
@@ -611,7 +612,8 @@ def init_weights(folder, rank, network, distributed):
                 else "it holds per-rank slices; msgen ckpt merge makes the whole weights"
             )
         )
-    params = own_state(params, sliced)
+    if sliced:
+        params = {name: p for name, p in params.items() if p.sliced}
     try:
         saved = ms.load_checkpoint(str(path))
     except (ValueError, RuntimeError, OSError) as exc:
@@ -619,6 +621,11 @@ def init_weights(folder, rank, network, distributed):
     missing = sorted(set(params) - set(saved))
     if missing:
         fail(f"--init-from: {path} lacks {missing[:5]} (converted for another spec?)")
+    extra = sorted(set(saved) - set(params))
+    if extra:
+        fail(
+            f"--init-from: {path} holds {extra[:5]}, which this rank does not (another mesh?)"
+        )
     for name, p in params.items():
         if tuple(saved[name].shape) != tuple(p.shape):
             fail(
