@@ -96,6 +96,19 @@ def test_merge_gives_every_full_tensor_of_the_newest_common_step(tp2_run, tmp_pa
         np.testing.assert_array_equal(merged[name], value, err_msg=name)
 
 
+def back_again(run: Path, out: Path) -> None:
+    """`out`, resharded back to the spec's own mesh, holds every rank's file of `run`."""
+    code, err = msgen("ckpt", "reshard", SPEC, out, "-o", out.with_name("back"))
+    assert code == 0, err
+    for rank in range(8):
+        name = f"rank_{rank}/step_00000005.ckpt"
+        original, back = loaded(run / name), loaded(out.with_name("back") / name)
+        assert set(back) == set(original), rank
+        for key, value in original.items():
+            np.testing.assert_array_equal(back[key], value, err_msg=f"rank {rank} {key}")
+        assert (out.with_name("back") / f"rank_{rank}" / "strategy.json").is_file()
+
+
 def test_reshard_to_tp4_and_back_gives_the_original_slices(tp2_run, tmp_path):
     tree, run, full = tp2_run
     code, err = msgen("ckpt", "reshard", SPEC, run, "-o", tmp_path / "tp4", *TP4)
@@ -108,15 +121,22 @@ def test_reshard_to_tp4_and_back_gives_the_original_slices(tp2_run, tmp_path):
             np.testing.assert_array_equal(got[name], np.split(full[name], 4, axis=1)[rank])
         np.testing.assert_array_equal(got["emb.table"], np.split(full["emb.table"], 4)[rank])
         assert not any(n.startswith(("decoder.1.", "norm.")) for n in got)  # stage 1's
-    code, err = msgen("ckpt", "reshard", SPEC, tmp_path / "tp4", "-o", tmp_path / "back")
+    back_again(run, tmp_path / "tp4")
+
+
+def test_reshard_to_one_stage_and_back_gives_the_original_slices(tp2_run, tmp_path):
+    """pp 2 -> pp 1 (dp 4 x tp 2, the parallel optimizer over 4 ranks) and back."""
+    _, run, full = tp2_run
+    sets = ("--set", "mesh.pp=1", "--set", "mesh.tp=2")
+    code, err = msgen("ckpt", "reshard", SPEC, run, "-o", tmp_path / "pp1", *sets)
     assert code == 0, err
-    for rank in range(8):
-        name = f"rank_{rank}/step_00000005.ckpt"
-        original, back = loaded(run / name), loaded(tmp_path / "back" / name)
-        assert set(back) == set(original), rank
-        for key, value in original.items():
-            np.testing.assert_array_equal(back[key], value, err_msg=f"rank {rank} {key}")
-        assert (tmp_path / "back" / f"rank_{rank}" / "strategy.json").is_file()
+    # every rank holds both layers now; the up weight [64, 256]: tp halves its columns,
+    # zero quarters the rows over the dp ranks (tp apart): rank 2 is dp 1, tp 0
+    got = loaded(tmp_path / "pp1" / "rank_2" / "step_00000005.ckpt")
+    assert "decoder.1.up.weight" in got and "decoder.0.up.weight" in got
+    half = np.split(full["adam_m.decoder.1.up.weight"], 2, axis=1)[0]
+    np.testing.assert_array_equal(got["adam_m.decoder.1.up.weight"], np.split(half, 4)[1])
+    back_again(run, tmp_path / "pp1")
 
 
 def test_rank_folders_with_no_step_in_common_are_refused(tp2_run, tmp_path):
