@@ -380,3 +380,23 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     assert set(back) == set(merged)
     for name, value in merged.items():
         assert np.array_equal(back[name].asnumpy(), value.asnumpy()), name
+
+
+def test_a_tied_bf16_model_through_per_rank_slices_comes_back_bit_for_bit(tmp_path):
+    """Qwen2 with tied embeddings in bf16, sliced for tp 2 x pp 2 (the table on the
+    first stage for the embedding and on the last for the output layer), then to-hf."""
+    hf_model("qwen2", tmp_path / "hf", torch.bfloat16)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
+                 "--devices", 4, "--per-node", 4)[0] == 0  # fmt: skip
+    sets = [a for s in SLICED_MESHES["tp2_pp2"] for a in ("--set", s)]
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)[0] == 0
+    last = ms.load_checkpoint(str(tmp_path / "ranks" / "rank_2" / "model.ckpt"))
+    assert "emb.table" in last and "logits.weight" not in last
+    code, err = msgen("ckpt", "to-hf", spec, tmp_path / "ranks", "-o", tmp_path / "back", *sets)
+    assert code == 0, err
+    source, back = tmp_path / "hf" / "model.safetensors", tmp_path / "back" / "model.safetensors"
+    assert set(read_header(back)[0]) == set(read_header(source)[0])
+    for name in read_header(source)[0]:
+        a, b = read_tensor(source, name), read_tensor(back, name)
+        assert a[1] == b[1] == "BF16" and np.array_equal(a[0], b[0]), name
