@@ -437,14 +437,12 @@ def init_weights(folder, rank, network, distributed):
     sliced = distributed and any(p.sliced for p in params.values())
     path = folder / f"rank_{rank}" / INIT_FILE if sliced else folder / INIT_FILE
     if not path.is_file():
-        fail(
-            f"--init-from: no {path}: "
-            + (
-                "msgen ckpt from-hf with this spec's mesh writes each rank's slices"
-                if sliced
-                else "it holds per-rank slices; msgen ckpt merge makes the whole weights"
-            )
+        made = (
+            "msgen ckpt from-hf with this spec's mesh writes each rank's slices"
+            if sliced
+            else "it holds per-rank slices; msgen ckpt merge makes the whole weights"
         )
+        fail(f"--init-from: no {path}: {made}")
     if sliced:
         params = {name: p for name, p in params.items() if p.sliced}
     try:
@@ -456,9 +454,7 @@ def init_weights(folder, rank, network, distributed):
         fail(f"--init-from: {path} lacks {missing[:5]} (converted for another spec?)")
     extra = sorted(set(saved) - set(params))
     if extra:
-        fail(
-            f"--init-from: {path} holds {extra[:5]}, which this rank does not (another mesh?)"
-        )
+        fail(f"--init-from: {path} holds {extra[:5]}, not this rank's (another mesh?)")
     for name, p in params.items():
         if tuple(saved[name].shape) != tuple(p.shape):
             fail(
@@ -801,9 +797,8 @@ def parse_args():
     if args.init_from and not any(
         (args.init_from / where / INIT_FILE).is_file() for where in (".", "rank_0")
     ):
-        fail(
-            f"--init-from: no {args.init_from / INIT_FILE} (msgen ckpt from-hf writes it)"
-        )
+        made = "msgen ckpt from-hf writes it"
+        fail(f"--init-from: no {args.init_from / INIT_FILE} ({made})")
     if not (args.standalone or args.rehearse) and not launched():
         fail(
             "no launcher started this process: run launch/msrun.sh NODE_RANK on each node "
