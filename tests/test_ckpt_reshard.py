@@ -139,6 +139,20 @@ def test_reshard_to_one_stage_and_back_gives_the_original_slices(tp2_run, tmp_pa
     back_again(run, tmp_path / "pp1")
 
 
+def test_reshard_to_a_data_parallel_mesh_gives_every_rank_the_whole_state(tp2_run, tmp_path):
+    _, run, full = tp2_run
+    sets = ("--set", "mesh.tp=1", "--set", "mesh.pp=1", "--set", "train.zero=0")
+    code, err = msgen("ckpt", "reshard", SPEC, run, "-o", tmp_path / "dp8", *sets)
+    assert code == 0, err
+    for rank in range(8):
+        folder = tmp_path / "dp8" / f"rank_{rank}"
+        assert not (folder / "strategy.json").exists()  # data-parallel ranks write none
+        got = loaded(folder / "step_00000005.ckpt")
+        assert set(got) == set(full)
+        for name, value in full.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"rank {rank} {name}")
+
+
 def test_rank_folders_with_no_step_in_common_are_refused(tp2_run, tmp_path):
     _, run, _ = tp2_run
     shutil.copytree(run, tmp_path / "run")
