@@ -224,6 +224,18 @@ CODES: dict[str, tuple[str, str]] = {
         "A split entry is not a mesh axis, a product of axes, or `1`, or it splits a dim the "
         "op needs whole (norm weights).",
     ),
+    "MSL211": (
+        "ep does not divide dp",
+        "The expert-parallel axis is carved out of dp (Megatron-LM's expert data "
+        "parallelism): the dp ranks form dp / ep groups of ep ranks that share the experts "
+        "between them, so ep must divide dp. It adds no devices: dp * tp * pp still covers "
+        "the cluster.",
+    ),
+    "MSL212": (
+        "ep does not divide the experts",
+        "Each expert-parallel rank holds experts / ep whole experts (the stacked experts' "
+        "first dim is split over ep), so ep must divide a moe op's `experts`.",
+    ),
     # topology and pipeline
     "MSL301": (
         "mesh does not match the devices",

@@ -13,7 +13,9 @@ tanh gelu, a constant operand, untied output layer with bias, dynamic loss scale
 MindRecord data, no device_ips) and tests/specs/tiny_interleaved.msl (the interleaved
 pipeline schedule: 4 layers over pp = 2 stages of 2 chunks; a fixed loss scale; fusion
 ids on network parameters and bucketed layer parameters); tests/specs/tiny_dp.msl is
-the data-parallel mesh that test_multirank.py trains under msrun.
+the data-parallel mesh that test_multirank.py trains under msrun. tests/specs/tiny_moe.msl
+(a mixture of experts, q/k norms) and tiny_moe_dp.msl (its data-parallel mesh) are
+checked and trained by tests/test_moe_code.py and test_moe_train.py, not with TINY.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ SPECS = {
     "tiny_mixed": ROOT / "tests" / "specs" / "tiny_mixed.msl",
     "tiny_interleaved": ROOT / "tests" / "specs" / "tiny_interleaved.msl",
     "tiny_dp": ROOT / "tests" / "specs" / "tiny_dp.msl",
+    "tiny_moe": ROOT / "tests" / "specs" / "tiny_moe.msl",
+    "tiny_moe_dp": ROOT / "tests" / "specs" / "tiny_moe_dp.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }

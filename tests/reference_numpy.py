@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,7 +46,15 @@ class Call:
         return self.params[f"{self.prefix}{op or self.node.name}.{name}"]
 
 
-Reference = Callable[[Call], np.ndarray]
+class WithAux(NamedTuple):
+    """An op's output and the auxiliary loss it adds to the network's loss (moe's
+    load-balancing and z-losses)."""
+
+    value: np.ndarray
+    aux: float
+
+
+Reference = Callable[[Call], np.ndarray | WithAux]
 
 
 @cache
@@ -60,7 +69,8 @@ def references() -> dict[str, Reference]:
     return found
 
 
-def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx):
+def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx, aux: list):
+    """The graph's output; the auxiliary losses of its ops are appended to `aux`."""
     facts = plan.graph(graph)
     values = {facts.graph.input.name: x}
     for name, of in facts.ops.items():
@@ -69,16 +79,22 @@ def run_graph(plan: Plan, graph: str, x, params: dict, prefix: str, labels, ctx)
         if node.kind == "repeat":
             layer, out = node.args["layer"], ins[0]
             for i in range(node.args["count"]):
-                out = run_graph(plan, layer, out, params, f"{layer}.{i}.", None, ctx)
+                out = run_graph(plan, layer, out, params, f"{layer}.{i}.", None, ctx, aux)
         else:
             out = references()[node.kind](Call(node, ins, params, prefix, ctx, labels))
+            if isinstance(out, WithAux):
+                out, loss = out
+                aux.append(loss)
         values[name] = out
     return values[facts.graph.output]
 
 
 def forward_loss(plan: Plan, params: dict, tokens, labels) -> float:
-    """The network's loss on `tokens` [batch, seq] against `labels`, in float64."""
+    """The network's loss on `tokens` [batch, seq] against `labels`, in float64, plus
+    its ops' auxiliary losses."""
     from msgen.analysis.facts import context
 
     params = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
-    return float(run_graph(plan, "network", tokens, params, "", labels, context(plan.spec)))
+    aux: list[float] = []
+    loss = run_graph(plan, "network", tokens, params, "", labels, context(plan.spec), aux)
+    return float(loss) + sum(aux)

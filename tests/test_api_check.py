@@ -385,12 +385,14 @@ def _gen_mask(prim, shape, keep_prob):
 
 
 SHAPE_ONLY = {
-    **dict.fromkeys(
-        ("Cast", "Square", "Rsqrt", "Erf", "Neg", "SiLU", "GeLU", "Softmax", "Tile"), _same
-    ),
-    **dict.fromkeys(("Exp", "Log", "ZerosLike"), _same),
+    **dict.fromkeys(("Cast", "Square", "Rsqrt", "Erf", "Neg", "SiLU", "GeLU", "Softmax"), _same),
+    **dict.fromkeys(("Exp", "Log", "ZerosLike", "Sigmoid", "CumSum"), _same),
+    **dict.fromkeys(("LessEqual", "GreaterEqual"), _broadcast),
+    "Tile": lambda prim, x, times: Shaped(n * t for n, t in zip(x.shape, times, strict=True)),
+    "TopK": lambda prim, x, k: (Shaped((*x.shape[:-1], k)), Shaped((*x.shape[:-1], k))),
     **dict.fromkeys(("ReduceMean", "ReduceMax", "ReduceSum"), _reduce),
     "Select": lambda prim, cond, x, y: Shaped(x.shape),
+    "Assign": lambda prim, variable, value: Shaped(variable.shape),
     **dict.fromkeys(ELEMENTWISE, _broadcast),
     "MatMul": _matmul,
     "BatchMatMul": _batch_matmul,

@@ -292,18 +292,34 @@ SMALL = Param("b", (1024,), ((),))  # 4 KiB: under hsdp's 64 KiB threshold
 ODD = Param("o", (1023, 64), ((), ()))  # first dim 1023: dp 4 does not divide it
 
 
+# Bytes per element of BIG (fp32 weights and grads, Adam m and v fp32) at dp = 4, from
+# MindSpore's definitions of the parallel optimizer levels: every level stores a 1/dp
+# weight slice and slices the optimizer states (hsdp's docstring,
+# mindspore/parallel/auto_parallel.py); levels 1 and 2 also hold the whole weight
+# all-gathered in forward until backward (level 3's docstring: it gathers again "to
+# release the memory used by the forward pass allgather"); the AllGather's backward is a
+# ReduceScatter, so the gradient is the slice (get_bprop_all_gather,
+# ops/_grad_experimental/grad_comm_ops.py); level 2 alone sets
+# gradient_accumulation_shard, slicing the accumulation buffer
+# (set_parallel_optimizer_config, mindspore/parallel/_auto_parallel_context.py).
 @pytest.mark.parametrize(
-    "zero, weights, grads, optimizer",
-    [(0, 4, 4, 8), (1, 4, 4, 2), (2, 4, 1, 2), (3, 1, 1, 2)],
+    "zero, weights, grads, accumulation, optimizer",
+    [
+        (0, 4, 4, 4, 8),
+        (1, 4 + 1, 1, 4, 2),
+        (2, 4 + 1, 1, 1, 2),
+        (3, 1, 1, 4, 2),
+    ],
 )
-def test_zero_levels(zero, weights, grads, optimizer):
+def test_zero_levels(zero, weights, grads, accumulation, optimizer):
     prec = precision(checked(spec_text()).spec)
     n = 1024 * 1024
     st = param_states([BIG], {"dp": 4, "tp": 1}, prec, zero)
-    assert (st.params, st.weights, st.grads, st.optimizer) == (
+    assert (st.params, st.weights, st.grads, st.accumulation, st.optimizer) == (
         n,
         weights * n,
         grads * n,
+        accumulation * n,
         optimizer * n,
     )
     whole = param_states([SMALL, ODD], {"dp": 4, "tp": 1}, prec, zero)
@@ -318,15 +334,18 @@ def test_params_divide_by_their_own_split():
     assert st.params == 64 * 256 // 4 + 64
 
 
-def test_megatron_model_states_with_zero_1():
-    # the distributed optimizer: 6 + 12 / d bytes per parameter
+def test_zero_1_with_a_master_copy():
+    # fp16 weights, fp32 master and grads: the fp16 slice and the gathered whole, the
+    # fp32 gradient slice, the master copy and Adam's m and v sliced: 2 + 2/d + 4/d +
+    # 12/d bytes per parameter (Megatron's distributed optimizer, 6 + 12/d, keeps its
+    # fp32 gradient buffer whole: MindSpore reduce-scatters the gradient instead).
     prec = precision(
         checked(
             spec_text(param_dtype="fp16", train_extra="master_weights = fp32\n grad_dtype = fp32")
         ).spec
     )
     st = param_states([BIG], {"dp": 4}, prec, 1)
-    assert st.weights + st.grads + st.optimizer == (6 + 12 // 4) * 1024 * 1024
+    assert st.weights + st.grads + st.optimizer == (2 * 4 + 2 + 4 + 12) * 1024 * 1024 // 4
 
 
 # schedules --------------------------------------------------------------------

@@ -41,7 +41,7 @@ def test_text_table(capsys):
                 "other activations", "logits", "HCCL", "total", "headroom", "verdict"):  # fmt: skip
         assert f"\n  {row} " in out
     assert "16.00 MiB per layer x 32 layers x 1 in flight" in out
-    assert "45.03 GiB   of the 58.00 GiB budget" in out
+    assert "38.82 GiB   of the 58.00 GiB budget" in out
     assert out.rstrip().endswith("fits: every stage within 58.00 GiB per device")
 
 
@@ -65,7 +65,7 @@ def test_set_overrides_change_the_estimate(capsys):
     _, base = as_json(capsys, GPT7B)
     sets = ["--set", "mesh.dp=2", "--set", "mesh.tp=4", "--set", "pipeline.micro_batches=128"]
     code, wider = as_json(capsys, GPT7B, *sets)
-    assert code == 0 and wider["mesh"] == {"dp": 2, "tp": 4, "pp": 1}
+    assert code == 0 and wider["mesh"] == {"dp": 2, "tp": 4, "pp": 1, "ep": 1}
     assert wider["stages"][0]["params"] < base["stages"][0]["params"]
     code, none = as_json(capsys, GPT7B, "--set", "recompute.decoder=none")
     assert code == 0

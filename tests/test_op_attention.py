@@ -23,15 +23,23 @@ def rope(x, theta=10000.0):
     return x * np.cos(angles) + rotated * np.sin(angles)
 
 
-def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=None):
+def head_rmsnorm(x, gamma, eps=1e-6):
+    """Qwen3's q/k norm: RMSNorm of each head's vector over head_dim."""
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * gamma
+
+
+def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=None, qk=None):
     """qkv laid out per kv group: the group's query heads, then its k, then its v;
-    `window`: each position sees itself and the window - 1 before it."""
+    `window`: each position sees itself and the window - 1 before it; `qk`: the
+    (q_norm, k_norm) gammas, applied per head before rope."""
     b, s, _ = qkv.shape
     per = heads // groups
     t = qkv.reshape(b, s, groups, per + 2, hd)
     q = t[:, :, :, :per, :].reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
     k = t[:, :, :, per, :].transpose(0, 2, 1, 3)  # [b, groups, s, hd]
     v = t[:, :, :, per + 1, :].transpose(0, 2, 1, 3)
+    if qk is not None:
+        q, k = head_rmsnorm(q, qk[0]), head_rmsnorm(k, qk[1])
     if use_rope:
         q, k = rope(q, theta), rope(k, theta)
     k = np.repeat(k, per, axis=1)  # query head h uses group h // per
@@ -61,6 +69,7 @@ def reference(op):
         args.get("rope", False),
         args.get("rope_theta", 10000.0),
         args.get("window"),
+        (op.param("q_norm"), op.param("k_norm")) if args.get("qk_norm") else None,
     )
 
 
@@ -102,3 +111,17 @@ def test_rope_rotates_pairs_so_scores_depend_on_relative_position():
     np.testing.assert_allclose(np.linalg.norm(qs, axis=-1), np.linalg.norm(q))
     np.testing.assert_allclose(qs[3] @ ks[1], qs[5] @ ks[3])
     assert abs(qs[3] @ ks[1] - qs[3] @ ks[2]) > 1e-6
+
+
+def test_qk_norm_gives_each_head_of_q_and_k_unit_rms_before_scoring():
+    """With unit gammas, scaling a head's q or k leaves the output unchanged (the
+    norm removes it), which plain attention does not; the gammas scale per channel."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.normal(size=(1, 4, n, 8)) for n in (2, 1, 1))
+    ones = (np.ones(8), np.ones(8))
+    base = attention(grouped(q, k, v), 2, 1, 8, causal=True, use_rope=True, qk=ones)
+    scaled = attention(grouped(q * 5, k * 0.1, v), 2, 1, 8, causal=True, use_rope=True, qk=ones)
+    np.testing.assert_allclose(scaled, base, rtol=1e-3)  # eps 1e-6 against rms^2 0.01
+    plain = attention(grouped(q * 5, k * 0.1, v), 2, 1, 8, causal=True, use_rope=True)
+    assert np.abs(plain - base).max() > 1e-3
+    np.testing.assert_allclose(np.sqrt((head_rmsnorm(q, 1.0) ** 2).mean(-1)), 1, rtol=1e-5)

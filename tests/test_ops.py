@@ -91,7 +91,7 @@ def shell_names(name: str) -> set[str]:
     top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
     helpers = {h for op in OPS.values() for h in op.helpers}
-    every = {"flash": True, "dropout": True}  # each fragment with all it can define
+    every = {"flash": True, "dropout": True, "qk_norm": True}  # all a fragment can define
     return top - set().union(*(names(fragment(h, every))[1] for h in helpers))
 
 
@@ -168,16 +168,20 @@ def test_each_op_computes_its_reference(name):
                 for r, v in zip(node.inputs, values)
             }
             scope |= {"self": cell, "labels": ms.Tensor(labels)}
-            got = eval(OPS[op.kind].code(op, ctx).call, {}, scope).asnumpy()
+            got = eval(OPS[op.kind].code(op, ctx).call, {}, scope)
             call = ref.Call(node, values, params, prefix, context(the_plan.spec), labels)
             want = ref.references()[op.kind](call)
-            np.testing.assert_allclose(
-                got,
-                want,
-                rtol=1e-4,
-                atol=1e-5 * max(1.0, np.abs(want).max()),
-                err_msg=f"{name}: {op.kind} `{graph}.{op.name}`",
-            )
+            pairs = [(got, want)]
+            if isinstance(want, ref.WithAux):  # (output, auxiliary loss)
+                pairs = list(zip(got, want, strict=True))
+            for got, want in pairs:
+                np.testing.assert_allclose(
+                    got.asnumpy(),
+                    want,
+                    rtol=1e-4,
+                    atol=1e-5 * max(1.0, np.abs(want).max()),
+                    err_msg=f"{name}: {op.kind} `{graph}.{op.name}`",
+                )
 
 
 def test_the_checks_reserve_every_name_an_op_may_import():

@@ -146,18 +146,20 @@ def rule_gradient_factor_is_a_tensor(folder: Path) -> list[str]:
     return problems
 
 
-def rule_reducer_follows_the_parallel_optimizer(folder: Path) -> list[str]:
+def rule_reducer_follows_the_mirror(folder: Path) -> list[str]:
     """Under semi-auto parallel a step of micro-batches (pp > 1 or micro_batches > 1)
-    reads its gradients through GradReducer, whose `opt_shard` must be exactly "the
-    parallel optimizer is on" (zero > 0, `hsdp`): the micro-step mirror's bprop returns
-    the gradient with it and the constant 1.0 without, having written the gradient to
-    `accu_grads` (ops/_grad_experimental/grad_comm_ops.py). The rehearsal's stand-in
-    takes the same flag. A step of one micro-batch builds no buffer."""
+    reads its gradients through GradReducer, built (as the rehearsal's stand-in) with
+    whether the parameters' mirrors return the gradient. From MindSpore 2.10's source:
+    with pp = 1 GradAccumulation makes the pass insert mini-step mirrors, whose bprop
+    returns the reduced gradient whatever zero is; with pp > 1 micro-step mirrors, which
+    return it only with the parallel optimizer on (zero > 0, `hsdp`) and otherwise the
+    constant 1.0, having written it to `accu_grads` (ops/_grad_experimental/
+    grad_comm_ops.py). A step of one micro-batch builds no buffer."""
     doc = plan_of(folder)
     if not semi_auto(doc):
         return []
     module = ast.parse((folder / "train.py").read_text())
-    zero = doc["estimate"]["zero"]
+    zero, pp = doc["estimate"]["zero"], doc["mesh"]["pp"]
     text = ast.unparse(module)
     problems = []
     hsdp = f"cell.hsdp(optimizer_level='level{zero}')" in text
@@ -168,18 +170,24 @@ def rule_reducer_follows_the_parallel_optimizer(folder: Path) -> list[str]:
         for n in ast.walk(module)
         if isinstance(n, ast.Call) and ast.unparse(n.func) in ("GradReducer", "RehearsedMirror")
     ]
-    accumulates = doc["mesh"]["pp"] > 1 or doc["micro_batches"] > 1
+    accumulates = pp > 1 or doc["micro_batches"] > 1
     if {ast.unparse(c.func) for c in calls} != (
         {"GradReducer", "RehearsedMirror"} if accumulates else set()
     ):
         problems.append(
             f"reducer cells {sorted(ast.unparse(c.func) for c in calls)}, accumulating {accumulates}"
         )
+    assigned = {
+        ast.unparse(n.targets[0]): n.value
+        for n in module.body
+        if isinstance(n, ast.Assign) and len(n.targets) == 1
+    }
     for call in calls:
-        (flag,) = [k.value for k in call.keywords if k.arg == "opt_shard"] or [None]
-        value = None if flag is None else eval(ast.unparse(flag), {}, {"ZERO": zero})
-        if value is not (zero > 0):
-            problems.append(f"{ast.unparse(call)}: opt_shard is {value} with zero = {zero}")
+        flag = ast.unparse(call.args[1]) if len(call.args) > 1 else None
+        expr = assigned.get(flag) if flag else None
+        value = None if expr is None else eval(ast.unparse(expr), {}, {"ZERO": zero, "PP": pp})
+        if value is not (pp == 1 or zero > 0):
+            problems.append(f"{ast.unparse(call)}: mirror returns the gradient {value}")
     return problems
 
 
@@ -380,7 +388,7 @@ def rule_parallel_mode_follows_the_mesh(folder: Path) -> list[str]:
 RULES = (
     rule_global_gradient_norm,
     rule_gradient_factor_is_a_tensor,
-    rule_reducer_follows_the_parallel_optimizer,
+    rule_reducer_follows_the_mirror,
     rule_evaluation_skips_the_pipeline,
     rule_overflow_verdict_is_shared,
     rule_dataset_strategy_matches_the_reads,
@@ -404,11 +412,11 @@ BREAKS = {
         "self.factor = Tensor(1.0 / MICRO_BATCHES, mstype.float32)",
         "self.factor = 1.0 / MICRO_BATCHES",
     ),
-    rule_reducer_follows_the_parallel_optimizer: (
+    rule_reducer_follows_the_mirror: (
         "tiny",
         "train.py",
-        "reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 0)",
-        "reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 1)",
+        "MIRROR_RETURNS_GRADIENT = PP == 1 or ZERO > 0",
+        "MIRROR_RETURNS_GRADIENT = PP == 1",
     ),
     rule_evaluation_skips_the_pipeline: (
         "tiny_dp",

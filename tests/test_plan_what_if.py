@@ -94,7 +94,7 @@ def test_the_device_count_what_if_is_the_cluster_written_out(tmp_path):
         doc.pop("what_if", None)
         doc.pop("spec", None)
     assert what_if == by_hand
-    assert what_if["mesh"] == {"dp": 8, "tp": 2, "pp": 1}
+    assert what_if["mesh"] == {"dp": 8, "tp": 2, "pp": 1, "ep": 1}
 
 
 def test_plan_searches_the_devices_of_the_what_if(tmp_path):

@@ -2,21 +2,24 @@
 
 The rehearsal builds the gradient reducer, the micro-batch wrapper, the loss-scale and
 overflow logic and the checkpoint filter a rank builds, and stands in for what
-semi-auto parallel's micro-step mirrors do (RehearsedMirror). Stand-alone runs the
-logical model with none of that, so the two agreeing step by step (loss and every
-weight and moment after each step) is the oracle: a reducer that takes the wrong
-buffer, or a mirror path that does not match the parallel optimizer's setting, trains
-on constant gradients and parts from it at the first step.
+semi-auto parallel's mirrors do (RehearsedMirror). Stand-alone runs the logical model
+with none of that, so the two agreeing step by step (loss and every weight and moment
+after each step) is the oracle: a reducer that takes the wrong buffer, or a mirror path
+that does not match what the parallel pass inserts, trains on constant gradients and
+parts from it at the first step.
 
-The specs cover zero in {0, 1, 2} x pp in {1, 2} x micro_batches in {1, > 1} x loss
-scale dynamic / fixed / none pairwise for the pairs that matter here (every zero with
-every pp, every loss scale with both pp); the zero = 0, pp = 2 case (MindSpore's own
-PipelineGradReducer fails to compile there) runs by default, the rest under `slow`.
+The trees cover zero in {0, 1, 2} x pp in {1, 2} x micro_batches in {1, > 1} x loss
+scale dynamic / fixed / none pairwise (every feasible pair of two factors' values in
+some tree; pp = 2 needs micro_batches >= 2), which test_the_cover_is_pairwise checks.
+The zero = 0, pp = 2 case (MindSpore's own PipelineGradReducer fails to compile there)
+and the zero = 0, pp = 1 gradient-accumulation case run by default, the rest under
+`slow`.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -99,14 +102,45 @@ train {{
 
 # (zero, pp, micro_batches, loss_scale)
 CASES = {
-    "z0_pp2_mb2_fixed": (0, 2, 2, "1024"),
     "z0_pp1_mb1_none": (0, 1, 1, "none"),
-    "z1_pp1_mb2_dynamic": (1, 1, 2, "dynamic"),
+    "z0_pp1_mb2_dynamic": (0, 1, 2, "dynamic"),
+    "z0_pp2_mb2_fixed": (0, 2, 2, "1024"),
+    "z1_pp1_mb1_dynamic": (1, 1, 1, "dynamic"),
+    "z1_pp1_mb2_fixed": (1, 1, 2, "0.5"),
     "z1_pp2_mb4_none": (1, 2, 4, "none"),
     "z2_pp1_mb1_fixed": (2, 1, 1, "0.5"),
+    "z2_pp1_mb2_none": (2, 1, 2, "none"),
     "z2_pp2_mb2_dynamic": (2, 2, 2, "dynamic"),
 }
 FAST = {"z0_pp2_mb2_fixed"}
+
+# What each parameter's mirror returns as the gradient, from MindSpore 2.10's source
+# (written here, not read from train.py): with pp = 1 GradAccumulation makes the pass
+# insert a mini-step mirror, whose bprop returns the reduced buffer whatever zero is
+# (grad_comm_ops.py, get_bprop_mirror_mini_step_operator); with pp > 1 a micro-step
+# mirror, returning the gradient only with the parallel optimizer on and otherwise 1.0
+# (get_bprop_mirror_micro_step_operator, `opt_shard`).
+MIRROR_RETURNS_GRADIENT = {(pp, zero): pp == 1 or zero > 0 for pp in (1, 2) for zero in (0, 1, 2)}
+
+
+def levels(case: tuple) -> tuple:
+    """A tree's value of each factor: zero, pp, micro_batches 1 or > 1, loss scale kind."""
+    zero, pp, micro_batches, loss_scale = case
+    kind = loss_scale if loss_scale in ("none", "dynamic") else "fixed"
+    return zero, pp, "1" if micro_batches == 1 else ">1", kind
+
+
+def test_the_cover_is_pairwise():
+    factors = [(0, 1, 2), (1, 2), ("1", ">1"), ("dynamic", "fixed", "none")]
+    trees = [levels(case) for case in CASES.values()]
+    missing = []
+    for i, j in itertools.combinations(range(len(factors)), 2):
+        for a, b in itertools.product(factors[i], factors[j]):
+            if {i: a, j: b}.get(1) == 2 and {i: a, j: b}.get(2) == "1":
+                continue  # a pipeline of 2 stages needs 2 micro-batches or more
+            if not any(tree[i] == a and tree[j] == b for tree in trees):
+                missing.append((i, a, j, b))
+    assert not missing, f"pairs no tree covers (factor, value, factor, value): {missing}"
 
 
 def write_spec(folder: Path, zero: int, pp: int, micro_batches: int, loss_scale: str) -> Path:
@@ -201,6 +235,10 @@ def test_a_rehearsal_trains_as_standalone(case, tmp_path):
     if loss_scale == "dynamic":
         expected["scaler"] = "DynamicLossScaler"
     assert built["cells"] == expected
+    if accumulates:
+        assert built["mirror_returns_gradient"] is MIRROR_RETURNS_GRADIENT[pp, zero]
+    else:
+        assert "mirror_returns_gradient" not in built
     params = built["parameters"]
     moments = {n.removeprefix("adam_m."): s for n, s in params.items() if n.startswith("adam_m.")}
     buffers = {

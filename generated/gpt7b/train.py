@@ -202,7 +202,7 @@ rehearse_mirror = ops.MultitypeFuncGraph("rehearse_mirror")
 
 @take_gradient.register("Tensor", "Tensor", "Tensor")
 def _take_gradient(factor, grad, accu_grad):
-    """With the parallel optimizer: the gradient as the mirror returned it; the buffer
+    """The mirror returned the reduced gradient: taken; the buffer it accumulated in is
     cleared for the next step."""
     taken = grad * ops.cast(factor, grad.dtype)
     accu_grad = ops.depend(accu_grad, taken)
@@ -211,8 +211,9 @@ def _take_gradient(factor, grad, accu_grad):
 
 @take_accumulated.register("Tensor", "Tensor", "Tensor")
 def _take_accumulated(factor, grad, accu_grad):
-    """Without it: the gradient the mirror wrote into the buffer (`grad` is its
-    constant 1.0, read only to order the read after the backward pass); then cleared."""
+    """The mirror returned the constant 1.0 and wrote the reduced gradient into the
+    buffer (`grad` is read only to order the read after the backward pass); then
+    cleared."""
     accu_grad = ops.depend(accu_grad, grad)
     taken = accu_grad * ops.cast(factor, accu_grad.dtype)
     accu_grad = ops.depend(accu_grad, taken)
@@ -220,12 +221,32 @@ def _take_accumulated(factor, grad, accu_grad):
 
 
 @rehearse_mirror.register("Bool", "Tensor", "Tensor")
-def _rehearse_mirror(opt_shard, grad, accu_grad):
-    """--rehearse: one parameter's micro-step mirror, its bprop on one process."""
+def _rehearse_mirror(returns_gradient, grad, accu_grad):
+    """--rehearse: one parameter's mirror, its bprop on one process (where the
+    all-reduce over the mirror group is the identity)."""
     added = ops.assign_add(accu_grad, grad)
-    if opt_shard:
+    if returns_gradient:
         return ops.depend(grad, added)
     return ops.depend(ops.ones_like(grad), added)
+
+
+# What the parameters' mirrors return as the gradient in semi-auto parallel (the
+# parallel pass picks the mirror from the context's grad_accumulation_step, then the
+# pipeline stages: CreateMirrorOps in the frontend's ops_info/operator_info.cc; the
+# bprops are in ops/_grad_experimental/grad_comm_ops.py):
+# - pp = 1: GradAccumulation's micro-batch slices carry `grad_accu_num`
+#   (parallel/nn/parallel_cell_wrapper.py), from which the pass's preprocessing sets
+#   grad_accumulation_step (TagMicroBatchStart, graph_util/grad_accumulation_utils.cc;
+#   Python may not set it above 1, parallel/_auto_parallel_context.py), so every
+#   parameter gets a mini-step mirror (_MirrorMiniStepOperator; with the parallel
+#   optimizer a _MiniStepAllGather), do_mirror on since nothing sets the graph's
+#   `accumulation` flag. Its bprop adds the gradient into `accu_grads` and returns
+#   the all-reduced buffer as the gradient, whatever zero is; the buffer is left
+#   holding this rank's unreduced sum.
+# - pp > 1: a micro-step mirror (_MirrorMicroStepOperator), whose bprop returns the
+#   reduced gradient with the parallel optimizer on (zero > 0) and otherwise the
+#   constant 1.0, having written the reduced gradient into `accu_grads`.
+MIRROR_RETURNS_GRADIENT = PP == 1 or ZERO > 0
 
 
 class GradReducer(nn.Cell):
@@ -233,28 +254,26 @@ class GradReducer(nn.Cell):
     leaves them; the buffer is then cleared for the next step.
 
     A step of micro-batches needs an `accu_grads.*` clone of the parameters: the
-    parallel pass puts a micro-step mirror (`_MirrorMicroStepOperator`) on every
-    parameter when the pipeline has stages (CreateMirrorOps in the frontend's
-    operator_info.cc; the insertion fails without `accu_grads`), and mindformers builds
-    the same buffer for gradient accumulation (wrapper/wrapper.py,
-    MFPipelineWithLossScaleCell, chosen for it in trainer/base_trainer.py). The mirror's
-    bprop (ops/_grad_experimental/grad_comm_ops.py,
-    get_bprop_mirror_micro_step_operator) returns the reduced gradient as the
-    parameter's gradient with the parallel optimizer on (`opt_shard`, zero > 0), and
-    otherwise the constant 1.0, having written the reduced gradient into the buffer.
-    MindSpore's PipelineGradReducer reads an undefined name on that second path
-    (parallel/nn/parallel_grad_reducer.py, `construct`), so this is msgen's own, as
-    mindformers' is (the `accu_grad` branches of wrapper/wrapper.py).
+    parallel pass gives every parameter's mirror the buffer as its second input
+    (CreateMirrorInput in the frontend's parallel pass; without `accu_grads` it
+    fails for a micro-step mirror and silently falls back to a plain mirror for a
+    mini-step one), and mindformers builds the same
+    buffer for both (wrapper/wrapper.py, MFPipelineWithLossScaleCell, chosen for
+    pipeline and gradient accumulation in trainer/base_trainer.py). Where the gradient
+    is read follows MIRROR_RETURNS_GRADIENT. MindSpore's PipelineGradReducer reads an
+    undefined name on the buffer path (parallel/nn/parallel_grad_reducer.py,
+    `construct`), and takes the buffer whenever the parallel optimizer is off, which
+    after a mini-step mirror is this rank's unreduced sum; so this is msgen's own.
     """
 
-    def __init__(self, parameters, opt_shard):
+    def __init__(self, parameters, returns_gradient):
         super().__init__(auto_prefix=False)
         self.accu_grads = parameters.clone(prefix="accu_grads", init="zeros")
-        self.opt_shard = opt_shard
+        self.returns_gradient = returns_gradient
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads, factor):
-        if self.opt_shard:
+        if self.returns_gradient:
             return self.hyper_map(
                 ops.partial(take_gradient, factor), grads, self.accu_grads
             )
@@ -266,19 +285,18 @@ class GradReducer(nn.Cell):
 class RehearsedMirror(nn.Cell):
     """--rehearse only, in place of what the parallel pass inserts: each gradient (the
     micro-batches' sum) is added into `accu_grads`, and the step receives what the
-    micro-step mirror's bprop returns: the gradient with the parallel optimizer on, the
-    constant 1.0 without (ops/_grad_experimental/grad_comm_ops.py). So GradReducer sees
-    the inputs it sees on the cluster."""
+    mirror's bprop returns (MIRROR_RETURNS_GRADIENT): the gradient, or the constant
+    1.0. So GradReducer sees the inputs it sees on the cluster."""
 
-    def __init__(self, accu_grads, opt_shard):
+    def __init__(self, accu_grads, returns_gradient):
         super().__init__(auto_prefix=False)
         self.accu_grads = accu_grads
-        self.opt_shard = opt_shard
+        self.returns_gradient = returns_gradient
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads):
         return self.hyper_map(
-            ops.partial(rehearse_mirror, self.opt_shard), grads, self.accu_grads
+            ops.partial(rehearse_mirror, self.returns_gradient), grads, self.accu_grads
         )
 
 
@@ -379,9 +397,9 @@ def build(distributed, rehearse):
     if distributed or rehearse:
         # Semi-auto parallel accumulates the micro-batches' gradients in a buffer that
         # the reducer reads and clears; stand-alone, the micro-batch sum is one graph.
-        reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 0)
+        reducer = GradReducer(optimizer.parameters, MIRROR_RETURNS_GRADIENT)
     if rehearse:
-        mirror = RehearsedMirror(reducer.accu_grads, opt_shard=ZERO > 0)
+        mirror = RehearsedMirror(reducer.accu_grads, MIRROR_RETURNS_GRADIENT)
     step_cell = TrainStep(
         GradAccumulation(network, MICRO_BATCHES),
         optimizer,
@@ -660,6 +678,111 @@ def restore(folder, state, chosen=None):
     return step
 
 
+# --resume on the CPU continues the dropout masks of the uninterrupted run. MindSpore's
+# CPU Dropout kernel keeps its generator inside the kernel (kernel/cpu/native/
+# dropout_cpu_kernel.cc): a std::default_random_engine, minstd_rand0 (x <- 16807 x
+# mod 2**31 - 1, one draw per element), seeded when the graph is built with
+# GetSeed(Seed0, Seed1), a Philox-4x32-10 mix of the two seeds whose low 64 bits are
+# the seed (kernel/philox_random.cc). After n draws its state is x0 * 16807**n, so a
+# resumed run rebuilds each dropout primitive with the seeds whose mix starts its
+# kernels where the uninterrupted run's stood (Philox is a bijection: inverted).
+MINSTD_M, MINSTD_A = 2**31 - 1, 16807
+PHILOX_KEY, PHILOX_RAISE = (0x3EC8F720, 0x02461E29), (0x9E3779B9, 0xBB67AE85)
+PHILOX_MUL, WORD = (0xD2511F53, 0xCD9E8D57), 0xFFFFFFFF
+
+
+def philox_keys():
+    k0, k1 = PHILOX_KEY
+    for _ in range(10):
+        yield k0, k1
+        k0, k1 = (k0 + PHILOX_RAISE[0]) & WORD, (k1 + PHILOX_RAISE[1]) & WORD
+
+
+def philox(c):
+    """PhiloxRandom(counter, PHILOX_KEY)() of four 32-bit words."""
+    for k0, k1 in philox_keys():
+        a, b = PHILOX_MUL[0] * c[0], PHILOX_MUL[1] * c[2]
+        c = [(b >> 32) ^ c[1] ^ k0, b & WORD, (a >> 32) ^ c[3] ^ k1, a & WORD]
+    return c
+
+
+def unphilox(r):
+    """The counter whose philox() is `r`."""
+    inverse = [pow(m, -1, 2**32) for m in PHILOX_MUL]
+    for k0, k1 in reversed(list(philox_keys())):
+        c0, c2 = r[3] * inverse[0] & WORD, r[1] * inverse[1] & WORD
+        c1 = r[0] ^ (PHILOX_MUL[1] * c2 >> 32) ^ k0
+        c3 = r[2] ^ (PHILOX_MUL[0] * c0 >> 32) ^ k1
+        r = [c0, c1, c2, c3]
+    return r
+
+
+def kernel_state(seed0, seed1):
+    """The generator state a CPU Dropout kernel of these seeds starts from."""
+    mix = philox([seed0 & WORD, seed0 >> 32, seed1 & WORD, seed1 >> 32])
+    return ((mix[1] << 32 | mix[0]) % MINSTD_M) or 1
+
+
+def seeds_at(state):
+    """(Seed0, Seed1), both int64, whose kernel starts from `state`."""
+    for spare in range(1, 2**32):
+        c = unphilox([state, 0, spare & WORD, spare >> 32])
+        seeds = c[0] | c[1] << 32, c[2] | c[3] << 32
+        if max(seeds) < 2**63 and any(seeds):
+            return seeds
+
+
+def dropout_primitives(network):
+    """(cell, attribute, primitive) of every Dropout primitive of the network."""
+    for _, cell in network.cells_and_names():
+        # a Cell keeps its primitives in its __dict__ too (nn/cell.py, __setattr__)
+        for name, primitive in list(vars(cell).items()):
+            if isinstance(primitive, ops.Dropout):
+                yield cell, name, primitive
+
+
+def dropout_sizes(network, rows):
+    """id(primitive) -> the elements it drops per call, from one forward pass of `rows`
+    sequences in PyNative mode (the graph is not built yet)."""
+    sizes = {}
+
+    def recording(primitive):
+        def call(x):
+            sizes[id(primitive)] = int(np.prod(x.shape))
+            return primitive(x)
+
+        return call
+
+    found = list(dropout_primitives(network))
+    for cell, name, primitive in found:
+        object.__setattr__(cell, name, recording(primitive))
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        ids = Tensor(np.zeros((rows, SEQ), np.int32))
+        network(ids, ids)
+    finally:
+        ms.set_context(mode=ms.GRAPH_MODE)
+        for cell, name, primitive in found:
+            object.__setattr__(cell, name, primitive)
+    return sizes
+
+
+def continue_dropout(network, steps, rows):
+    """Reseed the network's dropout so that its CPU kernels start where they stood after
+    `steps` steps, each kernel (one per micro-batch and recomputed copy) dropping once
+    per step from `rows` sequences."""
+    sizes = dropout_sizes(network, rows)
+    for cell, name, primitive in dropout_primitives(network):
+        if not (primitive.Seed0 or primitive.Seed1):
+            continue  # unseeded: its masks differ run to run anyway
+        start = kernel_state(primitive.Seed0, primitive.Seed1)
+        draws = steps * sizes[id(primitive)]
+        state = start * pow(MINSTD_A, draws, MINSTD_M) % MINSTD_M
+        reseeded = ops.Dropout(primitive.keep_prob, *seeds_at(state))
+        strategy = primitive.attrs.get("in_strategy")
+        setattr(cell, name, reseeded.shard(strategy) if strategy else reseeded)
+
+
 def write_rehearsal(path, step_cell):
     """--rehearse: the cells the step was built of and every parameter of the step
     cell with its shape, for review beside the log."""
@@ -670,6 +793,8 @@ def write_rehearsal(path, step_cell):
     cells["scaler"] = type(step_cell.scaler).__name__
     parameters = {p.name: list(p.shape) for p in step_cell.get_parameters()}
     doc = {"cells": cells, "parameters": parameters}
+    # Where the reducer reads the gradient: returned by the mirror, or from accu_grads.
+    doc["mirror_returns_gradient"] = step_cell.reducer.returns_gradient
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
@@ -1027,6 +1152,9 @@ def main():
     built = build(distributed, args.rehearse)
     network, optimizer, step_cell = built.network, built.optimizer, built.step_cell
     scaler = built.scaler
+    if chosen and ms.get_context("device_target") == "CPU":
+        # The masks go on from where the run stopped, as without the stop.
+        continue_dropout(network, chosen[0], STEP_ROWS // shards // MICRO_BATCHES)
     if distributed:
         step_cell = semi_auto(step_cell)
         # Written when the step compiles: how this rank's slices fit the logical

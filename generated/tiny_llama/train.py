@@ -187,7 +187,7 @@ rehearse_mirror = ops.MultitypeFuncGraph("rehearse_mirror")
 
 @take_gradient.register("Tensor", "Tensor", "Tensor")
 def _take_gradient(factor, grad, accu_grad):
-    """With the parallel optimizer: the gradient as the mirror returned it; the buffer
+    """The mirror returned the reduced gradient: taken; the buffer it accumulated in is
     cleared for the next step."""
     taken = grad * ops.cast(factor, grad.dtype)
     accu_grad = ops.depend(accu_grad, taken)
@@ -196,8 +196,9 @@ def _take_gradient(factor, grad, accu_grad):
 
 @take_accumulated.register("Tensor", "Tensor", "Tensor")
 def _take_accumulated(factor, grad, accu_grad):
-    """Without it: the gradient the mirror wrote into the buffer (`grad` is its
-    constant 1.0, read only to order the read after the backward pass); then cleared."""
+    """The mirror returned the constant 1.0 and wrote the reduced gradient into the
+    buffer (`grad` is read only to order the read after the backward pass); then
+    cleared."""
     accu_grad = ops.depend(accu_grad, grad)
     taken = accu_grad * ops.cast(factor, accu_grad.dtype)
     accu_grad = ops.depend(accu_grad, taken)
@@ -205,12 +206,32 @@ def _take_accumulated(factor, grad, accu_grad):
 
 
 @rehearse_mirror.register("Bool", "Tensor", "Tensor")
-def _rehearse_mirror(opt_shard, grad, accu_grad):
-    """--rehearse: one parameter's micro-step mirror, its bprop on one process."""
+def _rehearse_mirror(returns_gradient, grad, accu_grad):
+    """--rehearse: one parameter's mirror, its bprop on one process (where the
+    all-reduce over the mirror group is the identity)."""
     added = ops.assign_add(accu_grad, grad)
-    if opt_shard:
+    if returns_gradient:
         return ops.depend(grad, added)
     return ops.depend(ops.ones_like(grad), added)
+
+
+# What the parameters' mirrors return as the gradient in semi-auto parallel (the
+# parallel pass picks the mirror from the context's grad_accumulation_step, then the
+# pipeline stages: CreateMirrorOps in the frontend's ops_info/operator_info.cc; the
+# bprops are in ops/_grad_experimental/grad_comm_ops.py):
+# - pp = 1: GradAccumulation's micro-batch slices carry `grad_accu_num`
+#   (parallel/nn/parallel_cell_wrapper.py), from which the pass's preprocessing sets
+#   grad_accumulation_step (TagMicroBatchStart, graph_util/grad_accumulation_utils.cc;
+#   Python may not set it above 1, parallel/_auto_parallel_context.py), so every
+#   parameter gets a mini-step mirror (_MirrorMiniStepOperator; with the parallel
+#   optimizer a _MiniStepAllGather), do_mirror on since nothing sets the graph's
+#   `accumulation` flag. Its bprop adds the gradient into `accu_grads` and returns
+#   the all-reduced buffer as the gradient, whatever zero is; the buffer is left
+#   holding this rank's unreduced sum.
+# - pp > 1: a micro-step mirror (_MirrorMicroStepOperator), whose bprop returns the
+#   reduced gradient with the parallel optimizer on (zero > 0) and otherwise the
+#   constant 1.0, having written the reduced gradient into `accu_grads`.
+MIRROR_RETURNS_GRADIENT = PP == 1 or ZERO > 0
 
 
 class GradReducer(nn.Cell):
@@ -218,28 +239,26 @@ class GradReducer(nn.Cell):
     leaves them; the buffer is then cleared for the next step.
 
     A step of micro-batches needs an `accu_grads.*` clone of the parameters: the
-    parallel pass puts a micro-step mirror (`_MirrorMicroStepOperator`) on every
-    parameter when the pipeline has stages (CreateMirrorOps in the frontend's
-    operator_info.cc; the insertion fails without `accu_grads`), and mindformers builds
-    the same buffer for gradient accumulation (wrapper/wrapper.py,
-    MFPipelineWithLossScaleCell, chosen for it in trainer/base_trainer.py). The mirror's
-    bprop (ops/_grad_experimental/grad_comm_ops.py,
-    get_bprop_mirror_micro_step_operator) returns the reduced gradient as the
-    parameter's gradient with the parallel optimizer on (`opt_shard`, zero > 0), and
-    otherwise the constant 1.0, having written the reduced gradient into the buffer.
-    MindSpore's PipelineGradReducer reads an undefined name on that second path
-    (parallel/nn/parallel_grad_reducer.py, `construct`), so this is msgen's own, as
-    mindformers' is (the `accu_grad` branches of wrapper/wrapper.py).
+    parallel pass gives every parameter's mirror the buffer as its second input
+    (CreateMirrorInput in the frontend's parallel pass; without `accu_grads` it
+    fails for a micro-step mirror and silently falls back to a plain mirror for a
+    mini-step one), and mindformers builds the same
+    buffer for both (wrapper/wrapper.py, MFPipelineWithLossScaleCell, chosen for
+    pipeline and gradient accumulation in trainer/base_trainer.py). Where the gradient
+    is read follows MIRROR_RETURNS_GRADIENT. MindSpore's PipelineGradReducer reads an
+    undefined name on the buffer path (parallel/nn/parallel_grad_reducer.py,
+    `construct`), and takes the buffer whenever the parallel optimizer is off, which
+    after a mini-step mirror is this rank's unreduced sum; so this is msgen's own.
     """
 
-    def __init__(self, parameters, opt_shard):
+    def __init__(self, parameters, returns_gradient):
         super().__init__(auto_prefix=False)
         self.accu_grads = parameters.clone(prefix="accu_grads", init="zeros")
-        self.opt_shard = opt_shard
+        self.returns_gradient = returns_gradient
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads, factor):
-        if self.opt_shard:
+        if self.returns_gradient:
             return self.hyper_map(
                 ops.partial(take_gradient, factor), grads, self.accu_grads
             )
@@ -251,19 +270,18 @@ class GradReducer(nn.Cell):
 class RehearsedMirror(nn.Cell):
     """--rehearse only, in place of what the parallel pass inserts: each gradient (the
     micro-batches' sum) is added into `accu_grads`, and the step receives what the
-    micro-step mirror's bprop returns: the gradient with the parallel optimizer on, the
-    constant 1.0 without (ops/_grad_experimental/grad_comm_ops.py). So GradReducer sees
-    the inputs it sees on the cluster."""
+    mirror's bprop returns (MIRROR_RETURNS_GRADIENT): the gradient, or the constant
+    1.0. So GradReducer sees the inputs it sees on the cluster."""
 
-    def __init__(self, accu_grads, opt_shard):
+    def __init__(self, accu_grads, returns_gradient):
         super().__init__(auto_prefix=False)
         self.accu_grads = accu_grads
-        self.opt_shard = opt_shard
+        self.returns_gradient = returns_gradient
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads):
         return self.hyper_map(
-            ops.partial(rehearse_mirror, self.opt_shard), grads, self.accu_grads
+            ops.partial(rehearse_mirror, self.returns_gradient), grads, self.accu_grads
         )
 
 
@@ -362,9 +380,9 @@ def build(distributed, rehearse):
     if distributed or rehearse:
         # Semi-auto parallel accumulates the micro-batches' gradients in a buffer that
         # the reducer reads and clears; stand-alone, the micro-batch sum is one graph.
-        reducer = GradReducer(optimizer.parameters, opt_shard=ZERO > 0)
+        reducer = GradReducer(optimizer.parameters, MIRROR_RETURNS_GRADIENT)
     if rehearse:
-        mirror = RehearsedMirror(reducer.accu_grads, opt_shard=ZERO > 0)
+        mirror = RehearsedMirror(reducer.accu_grads, MIRROR_RETURNS_GRADIENT)
     step_cell = TrainStep(
         Pipeline(network, MICRO_BATCHES),
         optimizer,
@@ -489,6 +507,8 @@ def write_rehearsal(path, step_cell):
     )
     parameters = {p.name: list(p.shape) for p in step_cell.get_parameters()}
     doc = {"cells": cells, "parameters": parameters}
+    # Where the reducer reads the gradient: returned by the mirror, or from accu_grads.
+    doc["mirror_returns_gradient"] = step_cell.reducer.returns_gradient
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 

@@ -68,7 +68,7 @@ class Facts:
 def context(spec: Spec, tied: dict[str, Param] | None = None) -> Context:
     mesh = spec.mesh
     return Context(
-        mesh_sizes={"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp},
+        mesh_sizes={"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp, "ep": mesh.ep},
         dims=dict(spec.model.dims),
         dtype_bytes=DTYPE_BYTES[spec.model.dtype],
         tied=tied if tied is not None else {},

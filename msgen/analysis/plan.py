@@ -17,6 +17,7 @@ from msgen.analysis.facts import Facts, GraphFacts
 from msgen.analysis.globs import glob_runs
 from msgen.ir.models import FusionGroup, OpNode, Spec
 from msgen.ir.schema import Schedule
+from msgen.ops import OPS
 from msgen.ops.base import Param
 
 DEFAULT_FUSION_ID = 1  # MindSpore's default group keeps what no fusion group takes
@@ -252,7 +253,7 @@ class Plan:
         nodes = {n.name: n for n in self.spec.network.ops}
         stages = {self.network_op_stage(nodes[op])}
         for n in self.spec.network.ops:
-            if n.args.get("tie") == op:
+            if n.kind in OPS and op in OPS[n.kind].shared_from(n.args).values():
                 stages.add(self.network_op_stage(n))
         return tuple(sorted(stages))
 
@@ -280,6 +281,18 @@ class Plan:
         for r in self.repeats:
             total += r.count * sum(prod(p.shape) for _, p in self.layer_params(r.layer))
         return total
+
+    @cached_property
+    def params_active(self) -> int:
+        """Parameters one token's forward reads: all of them but the experts a mixture
+        of experts does not route it to (`OpDef.active_params`)."""
+
+        def active(graph: str) -> int:
+            ops = self.graph(graph).ops.values()
+            return sum(OPS[of.node.kind].active_params(of.node, of.params) for of in ops
+                       if of.node.kind != "repeat")  # fmt: skip
+
+        return active("network") + sum(r.count * active(r.layer) for r in self.repeats)
 
     def network_entries(self) -> list[ParamEntry]:
         """The network's parameters by path (a repeat's are its layer's runs)."""

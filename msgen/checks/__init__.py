@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from msgen.analysis import graph
 from msgen.analysis.facts import Facts
-from msgen.checks import names, pipeline, shapes, sharding, topology, train
+from msgen.checks import experts, names, pipeline, shapes, sharding, topology, train
 from msgen.diagnostics import Diagnostic, has_errors
 from msgen.ir.models import Spec
 
@@ -23,7 +23,7 @@ from msgen.ir.models import Spec
 GRAPH_STAGES = (
     (graph.order, names.run),
     (graph.infer_shapes, shapes.run),
-    (sharding.declared,),
+    (sharding.declared, experts.run),
     (graph.infer_layouts, sharding.run),
 )
 STAGE_NAMES = ("names", "shapes", "shardings", "layouts")

@@ -6,6 +6,7 @@ from msgen.analysis.facts import Facts
 from msgen.checks.reserved import camel, class_clash, reserved_reason
 from msgen.diagnostics import Diagnostic, did_you_mean, error, warning
 from msgen.ir.models import Graph, Spec
+from msgen.ops import OPS
 
 
 def check_graph(graph: Graph, spec: Spec, is_network: bool) -> list[Diagnostic]:
@@ -39,16 +40,16 @@ def check_graph(graph: Graph, spec: Spec, is_network: bool) -> list[Diagnostic]:
                         did_you_mean(ref.name, defined) or f"defined here: {', '.join(defined)}",
                     )
                 )
-        tie = op.args.get("tie")
-        if isinstance(tie, str):
-            used.add(tie)
-            if tie not in defined:
+        opdef = OPS.get(op.kind)
+        for arg, other in (opdef.shared_from(op.args) if opdef else {}).items():
+            used.add(other)
+            if other not in defined:
                 diags.append(
                     error(
                         "MSL110",
-                        f"`tie = {tie}` names no op defined above",
-                        op.arg_spans.get("tie", op.span),
-                        did_you_mean(tie, defined),
+                        f"`{arg} = {other}` names no op defined above",
+                        op.arg_spans.get(arg, op.span),
+                        did_you_mean(other, defined),
                     )
                 )
         if op.kind == "repeat":

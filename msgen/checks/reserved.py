@@ -41,8 +41,9 @@ update_cell_prefix update_cell_type update_parameters_name
 # The generated files' module-level names are read from the templates
 # (template_names). The locals the generated methods use beside the op names are
 # not module-level, so they are named here: construct's arguments, the loop
-# variable of repeated layers (msgen/emit/opcode.py), the fusion helper's table.
-CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters"})
+# variable of repeated layers and the running sum of auxiliary losses and its adder
+# (msgen/emit/opcode.py), the fusion helper's table.
+CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters", "aux", "add_aux"})
 TEMPLATES = ("model.py.j2", "train.py.j2", "train/**/*.py.j2", "ops/*.py.j2")
 # train/: train.py's fragments; ops/: the ops' helper cells
 

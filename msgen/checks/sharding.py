@@ -19,9 +19,12 @@ from msgen.ops import OPS
 from msgen.ops.base import OpError, Param, split_factor
 
 TENSOR_AXES = ("dp", "tp")
+PARAM_AXES = TENSOR_AXES + ("ep",)  # ep (inside dp) splits parameters: the experts' dim
 
 
-def check_sharding(s: Sharding, rank: int, what: str) -> list[Diagnostic]:
+def check_sharding(
+    s: Sharding, rank: int, what: str, axes_allowed: tuple[str, ...] = TENSOR_AXES
+) -> list[Diagnostic]:
     diags = []
     if len(s.dims) != rank:
         return [
@@ -44,7 +47,7 @@ def check_sharding(s: Sharding, rank: int, what: str) -> list[Diagnostic]:
                         "pp splits the layers into pipeline stages; tensors split over dp or tp",
                     )
                 )
-            elif axis not in TENSOR_AXES:
+            elif axis not in axes_allowed:
                 diags.append(
                     error(
                         "MSL203",
@@ -86,7 +89,8 @@ def declared_ok(gf: GraphFacts, spec: Spec) -> list[Diagnostic]:
                 pshapes = {}
             for pname, s in node.param_shardings.items():
                 if pname in pshapes:
-                    diags += check_sharding(s, len(pshapes[pname]), f"{node.name}.{pname}")
+                    what = f"{node.name}.{pname}"
+                    diags += check_sharding(s, len(pshapes[pname]), what, PARAM_AXES)
     return diags
 
 

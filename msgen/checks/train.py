@@ -252,7 +252,7 @@ def check_settings(spec: Spec) -> list[Diagnostic]:
                 "MSL503",
                 f"zero = {train.zero} is not a ZeRO level",
                 span("zero"),
-                "zero is 0 (off), 1 (optimizer states), 2 (+ gradients) or 3 (+ weights)",
+                "zero is MindSpore's parallel optimizer level: 0 (off), 1, 2 or 3",
             )
         )
     if train.loss_scale not in (None, *LossScale):

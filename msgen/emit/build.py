@@ -24,23 +24,24 @@ INIT_STD = 0.02  # GPT-2 and Megatron-LM; model.py.j2's weight() default
 
 
 def output_projections(graph) -> set[str]:
-    """The linears of a layer whose output reaches a residual `+` through ops of one
-    tensor operand (dropout, times a constant): Megatron-LM's output layers
-    (attention dense, MLP fc2), initialised with std 0.02 / sqrt(2 * layers)."""
+    """The output layers of a layer (OpDef.output_layer) whose output reaches a residual
+    join through ops that only scale it: Megatron-LM's attention dense and MLP fc2,
+    initialised with std 0.02 / sqrt(2 * layers). Each op says which part it plays."""
     consumers: dict[str, list] = {}
     for of in graph.ops.values():
         for ref in of.node.inputs:
             consumers.setdefault(ref.name, []).append(of.node)
 
-    def reaches_add(name: str) -> bool:
+    def reaches_join(name: str) -> bool:
         for node in consumers.get(name, []):
-            if node.kind == "add" and len(node.inputs) == 2:
+            opdef = OPS[node.kind]
+            if opdef.residual_join(node):
                 return True
-            if len(node.inputs) == 1 and node.kind in ("dropout", "mul") and reaches_add(node.name):
+            if opdef.scales_only(node) and reaches_join(node.name):
                 return True
         return False
 
-    return {n for n, of in graph.ops.items() if of.node.kind == "linear" and reaches_add(n)}
+    return {n for n, of in graph.ops.items() if OPS[of.node.kind].output_layer and reaches_join(n)}
 
 
 def op_spec(

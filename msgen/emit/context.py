@@ -167,6 +167,13 @@ class ModelContext:
         return any((op.setting("p") or 0) > 0 for op in self.ops())
 
     @property
+    def aux_losses(self) -> bool:
+        """Some op adds an auxiliary loss (moe's `aux_loss` or `z_loss` above 0): the
+        network's loss includes it, and train.py logs it (log.csv's aux_loss)."""
+        return any((op.setting("aux_loss") or 0) + (op.setting("z_loss") or 0) > 0
+                   for op in self.ops())  # fmt: skip
+
+    @property
     def lazy_inline(self) -> bool:
         """On Ascend an accumulating network is compiled once instead of once per
         micro-batch."""

@@ -6,6 +6,12 @@ named after the op, selective recompute, and (network ops) the pipeline stage.
 Ops needing more than one primitive or owning parameters use a helper cell, a
 fragment of templates/ops/ (`Snippet.helper`). How a selected op is marked for
 recompute follows the op library's rule (`OpDef.selected_drops_output`).
+
+An op with an auxiliary loss (`Snippet.aux`: moe's load-balancing and z-losses)
+returns it beside its output; a layer holding one takes the running sum `aux` and
+returns it with its own added, and the network adds the sum to its loss, as
+mindformers threads `extra_loss` through its layers
+(parallel_core/training_graph/transformer/transformer_block.py).
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ class CellCode:
     init: tuple[str, ...]
     construct: tuple[str, ...]
     helpers: frozenset[str]
+    aux: bool = False  # it adds auxiliary losses to the running sum `aux`
 
 
-def _op_lines(op: OpSpec, ctx: ModelContext, network: bool) -> tuple[list[str], str, set[str]]:
+def _op_lines(
+    op: OpSpec, ctx: ModelContext, network: bool, taken: frozenset[str] = frozenset()
+) -> tuple[list[str], list[str], set[str]]:
     snip = OPS[op.kind].code(op, ctx)
     helpers = {snip.helper} if snip.helper else set()
     make = snip.make
@@ -46,10 +55,16 @@ def _op_lines(op: OpSpec, ctx: ModelContext, network: bool) -> tuple[list[str], 
         init.append(f"self.{op.name}.pipeline_stage = {op.stage}")
         if ctx.chunks > 1:
             init.append(f"self.{op.name}.pipeline_segment = {op.segment}")
-    return init, f"{op.name} = {snip.call}", helpers
+    if snip.aux:
+        local = f"{op.name}_aux"
+        while local in taken:  # never the name of another op of the cell
+            local += "_"
+        added = f"aux = self.add_aux(aux, {local})"
+        return init, [f"{op.name}, {local} = {snip.call}", added], helpers
+    return init, [f"{op.name} = {snip.call}"], helpers
 
 
-def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str]]:
+def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str], bool]:
     assert op.layer is not None
     layer = ctx.layer(op.layer)
     (x,) = op.inputs
@@ -73,28 +88,35 @@ def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str]]:
         ]
     if layer.recompute:
         init += [f"for cell in {cells}:", "    cell.recompute()"]
+    aux = layer_code(layer, ctx).aux
     construct = [
         f"{op.name} = {x}",
         f"for cell in self.{layer.name}:",
-        f"    {op.name} = cell({op.name})",
+        f"    {op.name}, aux = cell({op.name}, aux)" if aux else f"    {op.name} = cell({op.name})",
     ]
-    return init, construct
+    return init, construct, aux
 
 
 def _cell_code(ops: tuple[OpSpec, ...], ctx: ModelContext, network: bool) -> CellCode:
     init: list[str] = []
     construct: list[str] = []
     helpers: set[str] = set()
+    adds_aux = False  # an op of its own adds an auxiliary loss
+    threads_aux = False  # or a repeated layer does
     for op in ops:
         if op.kind == "repeat":
-            op_init, op_construct = _repeat_lines(op, ctx)
+            op_init, op_construct, op_aux = _repeat_lines(op, ctx)
+            threads_aux = threads_aux or op_aux
         else:
-            op_init, line, op_helpers = _op_lines(op, ctx, network)
-            op_construct = [line]
+            taken = frozenset(other.name for other in ops)
+            op_init, op_construct, op_helpers = _op_lines(op, ctx, network, taken)
+            adds_aux = adds_aux or len(op_construct) > 1
             helpers |= op_helpers
         init.extend(op_init)
         construct.extend(op_construct)
-    return CellCode(tuple(init), tuple(construct), frozenset(helpers))
+    if adds_aux and not network:
+        init.append("self.add_aux = ops.Add()")
+    return CellCode(tuple(init), tuple(construct), frozenset(helpers), adds_aux or threads_aux)
 
 
 def layer_code(layer: LayerSpec, ctx: ModelContext) -> CellCode:
@@ -108,4 +130,22 @@ def layer_code(layer: LayerSpec, ctx: ModelContext) -> CellCode:
 
 
 def network_code(ctx: ModelContext) -> CellCode:
-    return _cell_code(ctx.network.ops, ctx, network=True)
+    """The network's cell; with auxiliary losses, their sum starts at zero and is
+    added to the loss (on the last stage: an Apply cell, as any network op)."""
+    code = _cell_code(ctx.network.ops, ctx, network=True)
+    if not code.aux:
+        return code
+    out = ctx.network.output
+    init, helpers = list(code.init), set(code.helpers)
+    if ctx.pp > 1:
+        stage = next(op.stage for op in ctx.network.ops if op.name == out)
+        init += ["self.add_aux = Apply(ops.Add())", f"self.add_aux.pipeline_stage = {stage}"]
+        helpers.add("apply")
+    else:
+        init.append("self.add_aux = ops.Add()")
+    construct = (
+        "aux = Tensor(0.0, mstype.float32)",
+        *code.construct,
+        f"{out} = self.add_aux({out}, aux)",
+    )
+    return CellCode(tuple(init), construct, frozenset(helpers), True)

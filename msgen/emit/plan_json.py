@@ -91,7 +91,8 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
     doc = {
         "model": spec.model.name,
         "spec": spec_path,
-        "mesh": {"dp": spec.mesh.dp, "tp": spec.mesh.tp, "pp": spec.mesh.pp},
+        "mesh": {"dp": spec.mesh.dp, "tp": spec.mesh.tp, "pp": spec.mesh.pp}
+        | ({"ep": spec.mesh.ep} if spec.mesh.ep > 1 else {}),
         "devices": spec.mesh.devices,
         "micro_batches": spec.micro_batches,
         "schedule": spec.pipeline.schedule,

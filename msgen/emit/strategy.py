@@ -18,6 +18,12 @@ not split over dp is further split along dim 0 over the dp ranks (hsdp's default
 `threshold=64`, parallel/auto_parallel.py; the group's size and rank stride are the
 `opt_weight_shard_size` and `opt_weight_shard_step` of operator_info.cc's
 CreateGroupForOptShard).
+
+The experts of a `moe` op are split over ep on their first dim: their ops' strategies
+name `(ep, dp / ep, ...)` (msgen/ops/moe.py), so their device matrix is
+`[ep, dp / ep, tp]` (rank `(ep_index * dp / ep + edp_index) * tp + tp_index`, the
+same ranks as the stage's `[dp, tp]`), ep mapping to device dim 2 and tp to 0; the
+parallel optimizer shards them over the dp / ep ranks that hold the same experts.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from math import prod
 
 HSDP_THRESHOLD_KB = 64
 _DEVICE_DIM = {"tp": 0, "dp": 1, "1": -1}
+_EXPERT_DEVICE_DIM = {"tp": 0, "ep": 2, "1": -1}
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
@@ -48,20 +55,23 @@ def _parameters(doc: dict) -> list[dict]:
 
 def _layout(param: dict, doc: dict) -> dict:
     mesh = doc["mesh"]
-    dp, tp = mesh["dp"], mesh["tp"]
-    if any(axis not in _DEVICE_DIM for axis in param["split"]):
+    dp, tp, ep = mesh["dp"], mesh["tp"], mesh.get("ep", 1)
+    expert = "ep" in param["split"]
+    dims = _EXPERT_DEVICE_DIM if expert else _DEVICE_DIM
+    if any(axis not in dims for axis in param["split"]):
         raise Unsupported(f"{param['path']} is split {param['split']}")
-    tensor_map = [_DEVICE_DIM[axis] for axis in param["split"]]
+    tensor_map = [dims[axis] for axis in param["split"]]
+    sizes = {"tp": tp, "dp": dp, "ep": ep}
+    local = [n // sizes.get(a, 1) for n, a in zip(param["shape"], param["split"])]
+    # the ranks holding the same slice: dp / ep of them for experts, dp otherwise
+    replicas = dp // ep if expert else 1 if "dp" in param["split"] else dp
     shard_size = shard_step = 0
-    zero = doc["estimate"]["zero"]
     dtype_bytes = _BYTES.get(doc["estimate"]["dtypes"]["weights"], 4)
-    local = [n // (tp if a == "tp" else dp if a == "dp" else 1)
-             for n, a in zip(param["shape"], param["split"])]  # fmt: skip
     big = prod(param["shape"]) * dtype_bytes >= HSDP_THRESHOLD_KB * 1024
-    if zero > 0 and dp > 1 and "dp" not in param["split"] and big and local[0] % dp == 0:
-        shard_size, shard_step = dp, tp  # the dp ranks of a stage are tp apart
+    if doc["estimate"]["zero"] > 0 and replicas > 1 and big and local[0] % replicas == 0:
+        shard_size, shard_step = replicas, tp  # the replicas of a stage are tp apart
     return {
-        "dev_matrix": [dp, tp],
+        "dev_matrix": [ep, dp // ep, tp] if expert else [dp, tp],
         "tensor_map": tensor_map,
         "param_split_shape": [],
         "indices_offset": [],

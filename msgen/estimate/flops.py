@@ -34,6 +34,8 @@ def sharing(layout: Layout, sizes: dict[str, int]) -> int:
     anything over (a layernorm that tp does not split runs whole on every tp rank)."""
     axes = {a for split in (*layout.inputs, layout.output) for dim in split for a in dim}
     axes |= {a for p in layout.params for dim in p.split for a in dim}
+    if "dp" in axes:
+        axes.discard("ep")  # ep is inside dp: its ranks share the dp ranks' tokens
     return prod(sizes.get(a, 1) for a in axes)
 
 

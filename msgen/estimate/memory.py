@@ -18,6 +18,7 @@ from math import ceil, prod
 from msgen.analysis.facts import GraphFacts
 from msgen.analysis.plan import Plan
 from msgen.ir.devices import DEVICES, Device
+from msgen.ir.fieldwise import Fieldwise
 from msgen.ir.models import Recompute, Spec, Split
 from msgen.ir.schema import DTYPE_BYTES, RecomputeMode, Schedule
 from msgen.ops import OPS
@@ -73,52 +74,60 @@ def slice_shape(shape: tuple[int, ...], split: Split, sizes: dict[str, int]) -> 
 
 
 @dataclass(frozen=True)
-class ModelStates:
+class ModelStates(Fieldwise):
     params: int  # elements per device: the model-parallel slices, before ZeRO
     weights: int  # bytes
     grads: int
+    accumulation: int  # the gradient accumulation buffer, when a step has micro-batches
     optimizer: int  # master copy and Adam states
 
-    def __add__(self, other: ModelStates) -> ModelStates:
-        return ModelStates(
-            self.params + other.params,
-            self.weights + other.weights,
-            self.grads + other.grads,
-            self.optimizer + other.optimizer,
-        )
 
-    def __mul__(self, n: int) -> ModelStates:
-        return ModelStates(self.params * n, self.weights * n, self.grads * n, self.optimizer * n)
-
-
-NO_STATES = ModelStates(0, 0, 0, 0)
+NO_STATES = ModelStates(0, 0, 0, 0, 0)
 
 
 def param_states(
     params: list[Param], sizes: dict[str, int], prec: Precision, zero: int
 ) -> ModelStates:
-    """Weights, gradients and optimizer states of `params` on one device.
+    """Weights, gradients, accumulation buffer and optimizer states of `params` on one
+    device, as MindSpore's parallel optimizer (hsdp level `zero`) lays them out.
 
-    ZeRO (hsdp) slices a parameter's first dim over dp: level 1 the optimizer
-    states and master copy, 2 the gradients too, 3 the weights too. Below level 3
-    the weights count whole: level 1 and 2 keep the all-gathered weights from
-    forward until backward. A slice under hsdp's 64 KiB threshold, or whose first
-    dim dp does not divide, stays whole.
+    Every level stores a 1/dp slice of each weight (its first dim) and slices the
+    optimizer states and master copy alike (`hsdp`, mindspore/parallel/auto_parallel.py).
+    Levels 1 and 2 keep each weight's forward AllGather until backward (level 3 gathers
+    again before backward "to release the memory used by the forward pass allgather"),
+    so they hold the whole weight beside the slice. The AllGather's backward is a
+    ReduceScatter (ops/_grad_experimental/grad_comm_ops.py, get_bprop_all_gather and
+    the micro-step variants), so at every level the optimizer receives the gradient's
+    slice. Level 2 is level 1 with `gradient_accumulation_shard`: only the accumulation
+    buffer is sliced; level 3 turns that off again (set_parallel_optimizer_config in
+    mindspore/parallel/_auto_parallel_context.py). A slice under hsdp's 64 KiB
+    threshold, or whose first dim dp does not divide, stays whole.
+
+    A parameter split over ep (the experts' weights) is replicated over the expert
+    data-parallel group only, dp / ep ranks (ep is carved out of dp, as Megatron-LM's
+    expert data parallelism): its ZeRO slices are over dp / ep.
     """
-    dp = sizes.get("dp", 1)
     total = NO_STATES
     for p in params:
+        expert = any("ep" in axes for axes in p.split)
+        dp = sizes.get("dp", 1) // (sizes.get("ep", 1) if expert else 1)
         dims = slice_shape(p.shape, p.split, sizes)
         n = prod(dims)
         sharded = (
-            dp > 1 and n * prec.weight >= HSDP_THRESHOLD and len(dims) > 0 and dims[0] % dp == 0
+            zero >= 1
+            and dp > 1
+            and n * prec.weight >= HSDP_THRESHOLD
+            and len(dims) > 0
+            and dims[0] % dp == 0
         )
         part = n // dp if sharded else n
+        gathered = n if sharded and zero < 3 else 0
         total += ModelStates(
             params=n,
-            weights=(part if zero >= 3 else n) * prec.weight,
-            grads=(part if zero >= 2 else n) * prec.grad,
-            optimizer=(part if zero >= 1 else n) * (prec.master + prec.optimizer),
+            weights=(part + gathered) * prec.weight,
+            grads=part * prec.grad,
+            accumulation=(part if zero == 2 else n) * prec.grad,
+            optimizer=part * (prec.master + prec.optimizer),
         )
     return total
 
@@ -268,6 +277,7 @@ class Estimate:
     device: Device | None
     mesh: dict[str, int]
     params_total: int
+    params_active: int  # what one token's forward reads (mixtures of experts: fewer)
     precision: Precision
     zero: int
     schedule: str
@@ -279,7 +289,7 @@ class Estimate:
 
     @property
     def devices(self) -> int:
-        return prod(self.mesh.values())
+        return prod(self.mesh[axis] for axis in ("dp", "tp", "pp"))  # ep is inside dp
 
     @property
     def fits(self) -> bool:
@@ -302,7 +312,7 @@ def budget_of(spec: Spec) -> tuple[int | None, str]:
 
 def hccl_bytes(spec: Spec) -> int:
     """Two buffers for each communicator: one per mesh axis of size > 1."""
-    axes = sum(1 for n in (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp) if n > 1)
+    axes = sum(1 for n in (spec.mesh.dp, spec.mesh.tp, spec.mesh.pp, spec.mesh.ep) if n > 1)
     return axes * 2 * HCCL_BUFFER
 
 
@@ -329,7 +339,7 @@ def network_saves(plan: Plan, sizes: dict[str, int]) -> tuple[list[int], list[in
 def estimate(plan: Plan) -> Estimate:
     spec = plan.spec
     mesh = spec.mesh
-    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
+    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp, "ep": mesh.ep}
     prec = precision(spec)
     zero = spec.train.zero
     budget, source = budget_of(spec)
@@ -372,8 +382,7 @@ def estimate(plan: Plan) -> Estimate:
                 params=states.params,
                 weights_bytes=states.weights,
                 grads_bytes=states.grads,
-                # MindSpore's accumulation buffer mirrors the gradients (sharded alike)
-                accumulation_bytes=states.grads if accumulate else 0,
+                accumulation_bytes=states.accumulation if accumulate else 0,
                 optimizer_bytes=states.optimizer,
                 # the mean over the stage's layers: exact with one layer kind
                 activation_bytes_per_layer=ceil(Fraction(per_micro_batch, layers or 1)),
@@ -390,6 +399,7 @@ def estimate(plan: Plan) -> Estimate:
         device=DEVICES.get(spec.cluster.device),
         mesh=dict(sizes),
         params_total=plan.params_total,
+        params_active=plan.params_active,
         precision=prec,
         zero=zero,
         schedule=spec.pipeline.schedule,

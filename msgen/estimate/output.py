@@ -27,6 +27,7 @@ class Mesh(_Data):
     dp: int
     tp: int
     pp: int
+    ep: int = Field(1, description="expert parallel, carved out of dp (adds no devices)")
 
 
 class Dtypes(_Data):
@@ -133,6 +134,10 @@ class EstimateReport(_Data):
     dtypes: Dtypes
     bytes_per_param: BytesPerParam
     params_total: int = Field(description="logical, each parameter once")
+    params_active: int = Field(
+        description="the parameters one token's forward reads: all but the experts a "
+        "mixture of experts does not route it to (equal to params_total without moe)"
+    )
     budget_bytes: int | None
     budget_source: str | None = Field(description='"budget.device_memory" or "device"')
     hbm_bytes: int | None = Field(description="of the device")
@@ -199,6 +204,7 @@ def estimate_report(est: Estimate, timing: StepTime | None = None) -> EstimateRe
             total=prec.per_param,
         ),
         params_total=est.params_total,
+        params_active=est.params_active,
         budget_bytes=est.budget_bytes,
         budget_source=est.budget_source,
         hbm_bytes=device.hbm_bytes if device else None,

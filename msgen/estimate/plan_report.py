@@ -58,8 +58,9 @@ TIGHT = " [TIGHT: less spare than the headroom; check warns MSL402]"
 def describe(r: Ranked) -> str:
     lay = r.layout
     rc = ", ".join(f"{layer} {mode}" for layer, mode in lay.recompute)
+    ep = f" (ep {lay.ep})" if lay.ep is not None else ""
     return (
-        f"dp {lay.dp} x tp {lay.tp} x pp {lay.pp}, micro-batch {lay.micro_batch} x "
+        f"dp {lay.dp} x tp {lay.tp} x pp {lay.pp}{ep}, micro-batch {lay.micro_batch} x "
         f"{lay.micro_batches}, zero {lay.zero}, recompute {rc}, {lay.schedule}"
     )
 

@@ -4,7 +4,8 @@ check (the budget included) and rank them by predicted step time (or memory).
 Kept from the spec: the model, the cluster, the global batch, the shard
 annotations (they name mesh axes, so they follow the mesh), fusion, the
 optimizer. Searched: dp · tp · pp over the devices (tp inside a node, pp at most
-the layers; a written `split` pins pp), the micro-batch size and count, the
+the layers; a written `split` pins pp), ep inside dp when the spec has moe ops (the
+divisors of dp that divide every moe op's experts), the micro-batch size and count, the
 ZeRO level (with dp > 1), recompute per repeated layer (none, select of its
 composite ops, full), and the schedule: 1f1b, or interleaved with 2 or 4 chunks
 when the layers divide (gpipe has 1f1b's bubble and more memory: never better).
@@ -54,6 +55,7 @@ class Layout:
     zero: int
     recompute: tuple[tuple[str, str], ...]  # (layer, mode as MSL writes it)
     schedule: str  # 1f1b | gpipe | interleaved(chunks = N)
+    ep: int | None = None  # None: the spec has no moe op, ep is not searched
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -61,6 +63,7 @@ class Layout:
             f"mesh.dp={self.dp}",
             f"mesh.tp={self.tp}",
             f"mesh.pp={self.pp}",
+            *([f"mesh.ep={self.ep}"] if self.ep is not None else []),
             f"train.micro_batch={self.micro_batch}",
             f"pipeline.micro_batches={self.micro_batches}",
             f"train.zero={self.zero}",
@@ -126,7 +129,23 @@ def written(spec: Spec, layers: list[str]) -> Layout:
         spec.train.zero,
         tuple((layer, recompute_label(spec.recompute.get(layer))) for layer in layers),
         schedule,
+        spec.mesh.ep if experts_of(spec) else None,
     )
+
+
+def experts_of(spec: Spec) -> list[int]:
+    """The expert counts of the spec's moe ops (none: ep is not searched)."""
+    graphs = [spec.network, *spec.layers.values()]
+    return [op.args["experts"] for g in graphs for op in g.ops if op.kind == "moe"]
+
+
+def expert_parallel(spec: Spec, dp: int) -> list[int | None]:
+    """The ep values a layout with `dp` may take: divisors of dp dividing every moe
+    op's experts; [None] without moe ops."""
+    experts = experts_of(spec)
+    if not experts:
+        return [None]
+    return [e for e in divisors(dp, dp) if all(n % e == 0 for n in experts)]
 
 
 def divisors(n: int, limit: int) -> list[int]:
@@ -166,10 +185,12 @@ def layouts(spec: Spec, layers_total: int, modes) -> list[Layout]:
                 if pp > 1 and not pp_pinned:
                     schedules += [f"interleaved(chunks = {c})" for c in CHUNKS
                                   if layers_total % (pp * c) == 0]  # fmt: skip
-                for zero in range(4) if dp > 1 else (spec.train.zero,):
+                for zero, ep in product(
+                    range(4) if dp > 1 else (spec.train.zero,), expert_parallel(spec, dp)
+                ):
                     for rc in modes:
                         for schedule in schedules:
-                            out.append(Layout(dp, tp, pp, b, n, zero, rc, schedule))
+                            out.append(Layout(dp, tp, pp, b, n, zero, rc, schedule, ep))
     return out
 
 
@@ -184,6 +205,8 @@ def settings_of(layout: Layout) -> dict:
         "pipeline.micro_batches": layout.micro_batches,
         "train.zero": layout.zero,
     }
+    if layout.ep is not None:
+        settings["mesh.ep"] = layout.ep
     for layer, mode in layout.recompute:
         if mode.startswith("select("):
             settings[f"recompute.{layer}"] = (RecomputeMode.SELECT, tuple(mode[7:-1].split(", ")))
@@ -228,7 +251,7 @@ def search(
     candidates = [c for c in layouts(spec, layers_total, modes) if c.keeps(mine, pinned)]
     if mine not in candidates:
         candidates.append(mine)
-    graph_facts: dict[tuple[int, int, int, int], object] = {}
+    graph_facts: dict[tuple, object] = {}
     fitting: list[Ranked] = []
     smallest: Ranked | None = None
     searched = 0
@@ -236,7 +259,7 @@ def search(
         v = apply(spec, settings_of(layout))
         if v is None:
             continue
-        group = (layout.dp, layout.tp, layout.pp, layout.micro_batch)
+        group = (layout.dp, layout.tp, layout.pp, layout.micro_batch, layout.ep)
         if group not in graph_facts:
             f, diags = run_checks(v)
             graph_facts[group] = None if has_errors(diags) else f

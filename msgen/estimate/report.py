@@ -70,15 +70,20 @@ def row_notes(est: Estimate, stage: StageMemory) -> dict[str, str]:
     def over_dp(level: int) -> str:
         return f", / dp {dp} (zero {zero})" if zero >= level and dp > 1 else ""
 
-    gathered = ", whole: hsdp keeps them gathered until backward" if 0 < zero < 3 and dp > 1 else ""
+    gathered = (
+        f", a 1/{dp} slice + the whole, all-gathered from forward until backward (zero {zero})"
+        if 0 < zero < 3 and dp > 1
+        else over_dp(3)
+    )
+    sliced_buffer = f", / dp {dp} (zero 2)" if zero == 2 and dp > 1 else ""
 
     master = f" + {prec.master_dtype} master copy" if prec.master_dtype else ""
     axes = [a for a, n in mesh.items() if n > 1]
     return {
-        "weights_bytes": f"{prec.weight_dtype}{over_dp(3)}{gathered}",
-        "grads_bytes": f"{prec.grad_dtype}{over_dp(2)}",
+        "weights_bytes": f"{prec.weight_dtype}{gathered}",
+        "grads_bytes": f"{prec.grad_dtype}{over_dp(1)}",
         "accumulation_bytes": (
-            f"the gradients' size, for {est.micro_batches} micro-batches"
+            f"the gradients' size{sliced_buffer}, for {est.micro_batches} micro-batches"
             if stage.accumulation_bytes
             else "none: one micro-batch per step"
         ),
@@ -113,7 +118,11 @@ def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()
         f"{est.model}: {est.params_total:,} parameters ({est.params_total / 1e9:.2f} B) on "
         f"{est.devices} x {device.name if device else '?'}, "
         f"dp {mesh['dp']} x tp {mesh['tp']} x pp {mesh['pp']}"
+        + (f" (ep {mesh['ep']} inside dp)" if mesh["ep"] > 1 else "")
     ]
+    if est.params_active != est.params_total:
+        active = est.params_active
+        lines.append(f"  active per token: {active:,} parameters ({active / 1e9:.2f} B)")
     if overrides:
         lines.append("  what-if: " + " ".join(f"--set {o}" for o in overrides))
     master = f" + master {prec.master}" if prec.master else ""

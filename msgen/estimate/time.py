@@ -84,13 +84,17 @@ class Machine:
         whole tensor the group reduces or gathers."""
         if n <= 1 or group_bytes <= 0:
             return 0.0
+        if kind == "AllToAll":
+            # each device keeps 1/n of its share and sends the rest, one peer per step
+            return (n - 1) / n * group_bytes / n / link.bus_bandwidth(n) + (n - 1) * link.latency
         steps = RING_STEPS[kind] * (n - 1)
         return steps / n * group_bytes / link.bus_bandwidth(n) + steps * link.latency
 
     def axes_time(self, c: Collective, group_bytes: float) -> float:
         n = prod(self.sizes.get(a, 1) for a in c.axes)
-        # tp is innermost in the rank order, dp next: a group over dp spans tp-strided ranks
-        stride = self.sizes["tp"] if c.axes == ("dp",) else 1
+        # tp is innermost in the rank order, dp next: a group over dp spans tp-strided
+        # ranks, and so does an ep group (ep consecutive dp ranks)
+        stride = self.sizes["tp"] if c.axes in (("dp",), ("ep",)) else 1
         return self.collective_time(c.kind, group_bytes, n, self.link((n - 1) * stride + 1))
 
 
@@ -99,6 +103,8 @@ def group_bytes(c: Collective, layout: Layout, sizes: dict[str, int], itemsize: 
     elements over the other axes the op splits things over."""
     axes = {a for split in (*layout.inputs, layout.output) for dim in split for a in dim}
     others = prod(sizes.get(a, 1) for a in axes - set(c.axes))
+    if "ep" in c.axes and "dp" in axes:
+        others //= sizes.get("ep", 1)  # an ep group is ep of the dp ranks
     return c.elements * itemsize / others
 
 

@@ -109,9 +109,10 @@ class Mesh(Block):
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallel: carved out of dp, adds no devices
 
     def size(self, axis: str) -> int:
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp}.get(axis, 1)
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "ep": self.ep}.get(axis, 1)
 
     @property
     def devices(self) -> int:

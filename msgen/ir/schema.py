@@ -72,7 +72,7 @@ MODEL_KEYS = MODEL_REQUIRED + ("ffn", "kv_heads", "head_dim") + MODEL_SETTINGS
 KEYS = {
     "cluster": {"device": True, "per_node": True, "nodes": True, "device_ips": False,
                 "master_port": False},
-    "mesh": {"dp": True, "tp": True, "pp": False},
+    "mesh": {"dp": True, "tp": True, "pp": False, "ep": False},
     "pipeline": {"micro_batches": False, "schedule": False, "split": False},
     "train": {"micro_batch": True, "global_batch": True, "optimizer": True, "schedule": True,
               "zero": False, "loss_scale": False, "grad_clip": False, "master_weights": False,

@@ -236,6 +236,15 @@ class GraphLowering(Reader):
                     self.err("MSL116", f"`{arg.name}` must name an op", expr.span)
                     return None
                 args[arg.name] = expr.name
+            elif arg.kind == "name":
+                if not (isinstance(expr, ast.Name) and expr.name in arg.choices):
+                    self.err(
+                        "MSL116",
+                        f"`{arg.name}` of {kind} is one of {', '.join(arg.choices)}",
+                        expr.span,
+                    )
+                    return None
+                args[arg.name] = expr.name
             elif arg.kind == "bool":
                 if not (isinstance(expr, ast.Name) and expr.name in ("true", "false")):
                     self.err("MSL116", f"`{arg.name}` of {kind} is `true` or `false`", expr.span)
@@ -260,12 +269,14 @@ class GraphLowering(Reader):
                     return None
                 args[arg.name] = float(v)
         out, params = self.annots(annots, opdef)
-        if args.get("tie") and params:
+        shared = opdef.shared_from(args)
+        if shared and params:
+            (arg, other), *_ = shared.items()
             self.err(
                 "MSL209",
-                f"`{name}` is tied to `{args['tie']}` and owns no parameters",
+                f"`{name}` is tied to `{other}` and owns no parameters",
                 next(iter(params.values())).span,
-                f"split the table where `{args['tie']}` defines it",
+                f"split the parameters where `{other}` defines them (`{arg} = {other}`)",
             )
             return None
         return _op_node(span, name, kind, inputs, args, spans, out, params)

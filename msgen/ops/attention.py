@@ -1,9 +1,11 @@
-"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, window, flash, dropout)`
-over a fused QKV.
+"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, window, flash, dropout,
+qk_norm)` over a fused QKV.
 
 qkv is [batch, seq, (heads + 2 * kv_heads) * head_dim], laid out per kv group
 (its query heads, then its k, then its v), so a split of the last dim splits
-whole groups. Output is [batch, seq, heads * head_dim].
+whole groups. Output is [batch, seq, heads * head_dim]. `qk_norm` normalises each head of q and k
+(RMSNorm over head_dim, eps 1e-6, before rope) with the parameters q_norm and k_norm
+[head_dim], as Qwen3 (transformers' Qwen3Attention).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from msgen.ops.base import (
     Layout,
     OpDef,
     OpError,
+    Param,
     Saved,
     Snippet,
     Work,
@@ -52,9 +55,11 @@ class Attention(OpDef):
         Arg("window", "int", None),
         Arg("flash", "bool", False),
         Arg("dropout", "float", 0.0, within="[0, 1)"),
+        Arg("qk_norm", "bool", False),
     )
     composite = True
     helpers = ("attention",)
+    inits = {"q_norm": "ones", "k_norm": "ones"}
     imports = (
         "from functools import cache",
         "import numpy as np",
@@ -85,25 +90,28 @@ class Attention(OpDef):
             "window": node.args.get("window"),
             "flash": self.arg(node, "flash"),
             "p": float(self.arg(node, "dropout")),
+            "qk_norm": self.arg(node, "qk_norm"),
         }
 
     def helper_values(self, ops):
         # One Attention cell serves the model: it takes `flash` when any op asks for it,
-        # and builds dropout primitives when any op drops out.
+        # builds dropout primitives when any op drops out, and q/k norms when any has them.
         return {
             "flash": any(op.setting("flash") for op in ops),
             "dropout": any(op.setting("p") > 0 for op in ops),
+            "qk_norm": any(op.setting("qk_norm") for op in ops),
         }
 
     def code(self, op, model):
         (qkv,) = op.inputs
         s = op.setting
-        flash = ", flash=True" if s("flash") else ""
+        extra = ", flash=True" if s("flash") else ""
+        extra += ", qk_norm=True" if s("qk_norm") else ""
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
             f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
             f"rope_theta={s('rope_theta')!r}, window={s('window')}, p={s('p')!r}, "
-            f"scores={op.strategy('scores')}{flash})"
+            f"scores={op.strategy('scores')}{extra})"
         )
         return Snippet(make, f"self.{op.name}({qkv})", "attention")
 
@@ -138,6 +146,10 @@ class Attention(OpDef):
             )
         return qkv[:-1] + (heads * hd,)
 
+    def param_shapes(self, node, inputs, ctx):
+        hd = head_dim(node, ctx)
+        return {"q_norm": (hd,), "k_norm": (hd,)} if node.args.get("qk_norm") else {}
+
     def layout(self, node, inputs, out_shape, ctx):
         (qkv,) = inputs
         decl = out_declared(node, 3)
@@ -145,7 +157,10 @@ class Attention(OpDef):
         sb = without((sb,), sh)[0]
         # attention needs whole sequences: a seq split is gathered in front
         need = (sb, (), sh)
-        return Layout(inputs=(need,), output=need)
+        params = tuple(
+            Param(name, shape, ((),)) for name, shape in self.param_shapes(node, [], ctx).items()
+        )
+        return Layout(inputs=(need,), output=need, params=params)
 
     def divisible(self, node, layout, ctx):
         sh = layout.output[-1]
@@ -157,11 +172,13 @@ class Attention(OpDef):
         heads = node.args["heads"]
         sb, _, sh = output.split
         item = ctx.dtype_bytes
-        if node.args.get("rope"):
-            # backward needs the rotated q and k (and v): a tensor of qkv's size
-            saved = [Saved(f"{node.name}.qkv_rope", qkv.shape, qkv.split, item, "internal")]
-        else:
-            saved = [Saved(node.inputs[0].name, qkv.shape, qkv.split, item, "input")]
+        # backward needs the rotated q and k (and v), a tensor of qkv's size, or the
+        # normed ones without rope; the q/k norms' backward reads their input, qkv
+        rope, qk_norm = node.args.get("rope"), node.args.get("qk_norm")
+        own = "qkv_rope" if rope else ("qk_normed" if qk_norm else None)
+        saved = [Saved(f"{node.name}.{own}", qkv.shape, qkv.split, item, "internal")] if own else []
+        if qk_norm or not rope:
+            saved.insert(0, Saved(node.inputs[0].name, qkv.shape, qkv.split, item, "input"))
         heads_split = (sb, sh, (), ())
         if node.args.get("flash"):
             # FlashAttentionScore's backward reads its output and its fp32 softmax_max and
@@ -197,6 +214,8 @@ class Attention(OpDef):
         io = tensor_bytes(qkv) + tensor_bytes(output)
         if node.args.get("rope"):
             io += 2 * tensor_bytes(qkv)  # q and k rotated: read and written
+        if node.args.get("qk_norm"):
+            io += 2 * tensor_bytes(qkv)  # q and k normalised: read and written
         item = ctx.dtype_bytes
         if node.args.get("flash"):
             kernel = flops

@@ -25,9 +25,10 @@ from msgen.ir.schema import REQUIRED
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str  # tensor | int | float | bool | op
+    kind: str  # tensor | int | float | bool | op | name (one of `choices`)
     default: object = REQUIRED
     within: str | None = None  # a float's interval, "[0, 1)" or "(0, inf)" (MSL126)
+    choices: tuple[str, ...] = ()  # a name's allowed values
 
     def allows(self, value: float) -> bool:
         low, high = (float(end) for end in self.within[1:-1].split(","))
@@ -153,11 +154,13 @@ Strategy = tuple[tuple[int, ...], ...]  # MindSpore's `Primitive.shard` argument
 @dataclass(frozen=True)
 class Snippet:
     """An op in a generated cell: `self.<op> = make` in `__init__`, `<op> = call` in
-    `construct`; `helper` names the helper cell `make` instantiates, if any."""
+    `construct`; `helper` names the helper cell `make` instantiates, if any; `aux`:
+    the call returns (output, an auxiliary loss the network adds to its loss)."""
 
     make: str
     call: str
     helper: str | None = None
+    aux: bool = False
 
 
 def factors(split: Split, ctx: Context) -> tuple[int, ...]:
@@ -199,6 +202,10 @@ class OpDef:
     # The bytes of one element of its output when not the compute dtype's (a loss,
     # computed in fp32).
     output_itemsize: ClassVar[int | None] = None
+    # Its weight starts scaled by depth (std 0.02 / sqrt(2 * layers), GPT-2 and
+    # Megatron-LM's output layers) when its output reaches a residual join through ops
+    # that only scale it: `residual_join`, `scales_only` below.
+    output_layer: ClassVar[bool] = False
 
     def arg(self, node: OpNode, name: str):
         """An argument as written, else its declared default."""
@@ -208,6 +215,15 @@ class OpDef:
 
     def tensor_args(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.kind == "tensor")
+
+    def shared_from(self, args: dict) -> dict[str, str]:
+        """The ops whose parameters this one reads instead of owning its own, by the
+        argument (of kind `op`, as linear's `tie = emb`) naming each."""
+        return {
+            a.name: args[a.name]
+            for a in self.args
+            if a.kind == "op" and isinstance(args.get(a.name), str)
+        }
 
     def shape(self, node: OpNode, inputs: list[tuple[int, ...]], ctx: Context) -> tuple[int, ...]:
         raise NotImplementedError
@@ -240,6 +256,15 @@ class OpDef:
         """
         return not self.composite
 
+    def residual_join(self, node: OpNode) -> bool:
+        """Whether the op adds a branch into the residual stream (`x + branch`)."""
+        return False
+
+    def scales_only(self, node: OpNode) -> bool:
+        """Whether the op only scales its one tensor operand (dropout, times a constant),
+        so an output layer in front of it still feeds the residual join behind it."""
+        return False
+
     # emission -----------------------------------------------------------------
 
     def strategies(self, node: OpNode, layout: Layout, ctx: Context):
@@ -266,6 +291,10 @@ class OpDef:
         without one, what the op's code may import under any settings."""
         added = (v for k, v in self.setting_imports.items() if op is None or op.setting(k))
         return self.imports + tuple(line for lines in added for line in lines)
+
+    def active_params(self, node: OpNode, params: tuple[Param, ...]) -> int:
+        """Parameters one token's forward reads. Default: all of them."""
+        return sum(prod(p.shape) for p in params)
 
     def divisible(self, node: OpNode, layout: Layout, ctx: Context):
         """Counts other than tensor dims that a split must divide: (what, n, axes)."""

@@ -83,6 +83,9 @@ class Dropout(_Unary):
     saves_input = False
     imports = ("from mindspore import ops",)
 
+    def scales_only(self, node):
+        return True
+
     def settings(self, node, ctx):
         return {"p": float(self.arg(node, "p"))}
 
@@ -160,6 +163,9 @@ class Add(_Binary):
     symbol = "+"
     args = (Arg("a", "tensor"), Arg("b", "tensor"))
 
+    def residual_join(self, node):
+        return len(node.inputs) == 2  # `x + 1.0` adds no branch
+
     def backward_work(self, node, forward):
         return Work()  # the gradient passes to both operands as it is
 
@@ -169,6 +175,9 @@ class Mul(_Binary):
     symbol = "*"
     primitive = "Mul"
     args = (Arg("a", "tensor"), Arg("b", "tensor"))
+
+    def scales_only(self, node):
+        return len(node.inputs) == 1  # times a constant; `act * up` is a gate
 
     def saves(self, node, inputs, output, ctx):
         if len(inputs) < 2:

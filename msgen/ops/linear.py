@@ -38,6 +38,7 @@ class Linear(OpDef):
     imports = ("from mindspore import nn, ops",)
     inits = {"weight": "normal", "bias": "zeros"}
     decays = frozenset({"weight"})
+    output_layer = True
 
     def strategies(self, node, layout, ctx):
         x = layout.inputs[0]

@@ -1,0 +1,322 @@
+"""`moe(x, experts, top_k, ffn, ...)`: a mixture-of-experts feed-forward block.
+
+x [batch, seq, hidden] -> [batch, seq, hidden]. A router [hidden, experts] scores
+each token in fp32; each token goes to its `top_k` experts, each expert a gated
+(swiglu) or plain (gelu) feed-forward of width `ffn`, and comes back as the sum of
+their outputs weighted by the router's probabilities; `shared_ffn` > 0 adds an
+always-on expert of that width (the shared experts, fused). The choices follow
+Megatron-LM (megatron/core/transformer/moe/router.py, moe_utils.py:
+`topk_softmax_with_capacity`, `switch_load_balancing_loss_func`, `z_loss_func`)
+and mindformers 2.0.0 (parallel_core/transformer_config.py); docs/language.md
+names each.
+
+Expert weights are stacked [experts, ...] and split over `ep` on that dim (each
+expert-parallel rank holds experts / ep of them) and over `tp` on their ffn dim
+(expert tensor parallelism = tp, Megatron's default); tokens go to and come back
+from their experts' ranks by an AllToAll over `ep` (dispatch and combine, forward
+and backward).
+"""
+
+from __future__ import annotations
+
+from math import ceil, prod
+
+from msgen.ops.base import (
+    Arg,
+    Collective,
+    Layout,
+    OpDef,
+    OpError,
+    Param,
+    Saved,
+    Snippet,
+    Work,
+    declared,
+    out_declared,
+    partial_sum,
+    replace_last,
+    saved_operand,
+    tensor_bytes,
+)
+from msgen.ops.linear import without
+
+FP32 = 4
+INDEX = 4  # int32 expert indices
+
+# The stacked experts' and shared experts' matrices, per activation, and the dim
+# of each split over tp ("in": the ffn dim is the input, row parallel).
+EXPERT = {"swiglu": ("gate", "up", "down"), "gelu": ("up", "down")}
+SHARED = {
+    "swiglu": ("shared_gate", "shared_up", "shared_down"),
+    "gelu": ("shared_up", "shared_down"),
+}
+
+
+def tokens(node, x_shape) -> int:
+    return prod(x_shape[:-1])
+
+
+def expert_rows(node, n_tokens: int) -> int:
+    """Rows the experts compute over, all experts together: the token copies
+    (tokens * top_k, dropless) or, with a capacity factor, every expert padded to its
+    capacity ceil(tokens * top_k / experts * factor) (Megatron's `pad_to_capacity`,
+    the static shape graph mode compiles)."""
+    e, k = node.args["experts"], node.args["top_k"]
+    factor = node.args.get("capacity")
+    if factor is None:
+        return n_tokens * k
+    return e * ceil(n_tokens * k / e * factor)
+
+
+def imbalance(node) -> float:
+    return float(node.args.get("imbalance", 1.0))
+
+
+class Moe(OpDef):
+    name = "moe"
+    args = (
+        Arg("x", "tensor"),
+        Arg("experts", "int"),
+        Arg("top_k", "int"),
+        Arg("ffn", "int"),
+        Arg("shared_ffn", "int", 0),
+        Arg("activation", "name", "swiglu", choices=("swiglu", "gelu")),
+        Arg("router", "name", "softmax", choices=("softmax", "sigmoid")),
+        Arg("norm_topk", "bool", True),
+        Arg("capacity", "float", None, within="(0, inf)"),
+        Arg("drop", "name", "probs", choices=("probs", "position")),
+        Arg("aux_loss", "float", 0.0, within="[0, inf)"),
+        Arg("z_loss", "float", 0.0, within="[0, inf)"),
+        Arg("imbalance", "float", 1.0, within="[1, inf)"),
+    )
+    params = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    composite = True
+    helpers = ("moe",)
+    imports = (
+        "import math",
+        "from mindspore import Parameter, Tensor, nn, ops",
+        "from mindspore.common import dtype as mstype",
+    )
+    inits = {p: "normal" for p in params}
+    decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
+
+    def strategies(self, node, layout, ctx):
+        """The experts' batched matmuls: the tokens tiled per expert [experts, tokens,
+        hidden] times [experts, hidden, ffn], split over ep on the experts, over the
+        dp / ep ranks of an ep group on the tokens (each rank computes its own share of
+        its experts' tokens: the redistribution from the tokens' dp split is the
+        dispatch AllToAll) and over tp on ffn; then back over tp.
+
+        Semi-auto parallel emits that redistribution as an AllToAll: the AutoParallel
+        wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
+        `_enable_alltoall = True`, handed to the context by parallel/_utils.py). The
+        batched matmul is the path the CPU runs too; GroupedMatmul takes tuple-in-tuple
+        strategies under semi-auto (parallel/_utils.py SUPPORTED_TUPLE_IN_TUPLE_STRATEGY),
+        but mindformers 2.0.0 drives it from a token dispatcher of its own
+        (parallel_core/training_graph/transformer/moe/ffn.py), which this does not
+        emit."""
+        sizes = ctx.mesh_sizes
+        ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
+        edp = sizes.get("dp", 1) // ep
+        return (
+            ("inner", ((ep, edp, 1), (ep, 1, tp))),
+            ("outer", ((ep, edp, tp), (ep, tp, 1))),
+        )
+
+    def settings(self, node, ctx):
+        capacity = node.args.get("capacity")
+        return {
+            "experts": node.args["experts"],
+            "top_k": node.args["top_k"],
+            "ffn": node.args["ffn"],
+            "shared_ffn": self.arg(node, "shared_ffn"),
+            "gated": self.arg(node, "activation") == "swiglu",
+            "sigmoid": self.arg(node, "router") == "sigmoid",
+            "norm_topk": self.arg(node, "norm_topk"),
+            "capacity": None if capacity is None else float(capacity),
+            "by_position": self.arg(node, "drop") == "position",
+            "aux_loss": float(self.arg(node, "aux_loss")),
+            "z_loss": float(self.arg(node, "z_loss")),
+        }
+
+    def code(self, op, model):
+        (x,) = op.inputs
+        s = op.setting
+        hidden = op.params[0].shape[0]
+        make = (
+            f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
+            f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
+            f"capacity={s('capacity')!r}, by_position={s('by_position')}, "
+            f"inner={op.strategy('inner')}, outer={op.strategy('outer')}"
+        )
+        aux = s("aux_loss") > 0 or s("z_loss") > 0
+        if aux:
+            make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
+        return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
+
+    def active_params(self, node, params):
+        """The router, the shared experts, and top_k of the experts (the published
+        active counts of Mixtral-8x7B and Qwen3-30B-A3B count these)."""
+        e, k = node.args["experts"], node.args["top_k"]
+        stacked = {"gate", "up", "down"}
+        return sum(prod(p.shape) * k // e if p.name in stacked else prod(p.shape) for p in params)
+
+    def matrices(self, node) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        act = self.arg(node, "activation")
+        shared = SHARED[act] if self.arg(node, "shared_ffn") else ()
+        return EXPERT[act], shared
+
+    def shape(self, node, inputs, ctx):
+        (x,) = inputs
+        if len(x) < 2:
+            raise OpError("MSL116", f"moe needs [..., tokens, hidden], got {list(x)}", "x")
+        e, k = node.args["experts"], node.args["top_k"]
+        if e < 1 or not 1 <= k <= e:
+            raise OpError("MSL119", f"top_k = {k} must be between 1 and experts = {e}", "top_k")
+        for arg in ("ffn", "shared_ffn"):
+            if self.arg(node, arg) < 0 or (arg == "ffn" and node.args[arg] < 1):
+                raise OpError("MSL119", f"{arg} must be positive", arg)
+        return x
+
+    def param_shapes(self, node, inputs, ctx):
+        h = inputs[0][-1]
+        e, f, s = node.args["experts"], node.args["ffn"], self.arg(node, "shared_ffn")
+        experts, shared = self.matrices(node)
+        shapes = {"router": (h, e)}
+        shapes |= {m: (e, f, h) if m == "down" else (e, h, f) for m in experts}
+        shapes |= {m: (s, h) if m == "shared_down" else (h, s) for m in shared}
+        return shapes
+
+    def layout(self, node, inputs, out_shape, ctx):
+        """The hidden dim whole (the router and the experts read all of it), the
+        experts' dim over ep, their ffn dim over tp: the down projections give a
+        partial sum over tp, all-reduced (reduce-scattered under sequence
+        parallelism, as linear does)."""
+        (x,) = inputs
+        e, ep = node.args["experts"], ctx.mesh_sizes.get("ep", 1)
+        if e % ep:
+            raise OpError(
+                "MSL212",
+                f"ep = {ep} does not divide experts = {e}: each expert-parallel rank holds "
+                "experts / ep whole experts",
+                "experts",
+                f"use an ep that divides {e} (and dp)",
+            )
+        shapes = self.param_shapes(node, [x.shape], ctx)
+        ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        ep_axes = ("ep",) if ep > 1 else ()
+        params = [Param("router", shapes["router"], declared(node, "router", 2))]
+        for name, shape in shapes.items():
+            if name == "router":
+                continue
+            default = (ep_axes, (), ffn_axes) if len(shape) == 3 else ((), ffn_axes)
+            if name.endswith("down"):
+                default = default[:-2] + (default[-1], default[-2])
+            split = declared(node, name, len(shape)) if name in node.param_shardings else default
+            params.append(Param(name, shape, split))
+        if params[0].split != ((), ()):
+            raise OpError(
+                "MSL210",
+                f"`router` of moe `{node.name}` cannot be split: every rank routes its tokens "
+                "over all experts",
+                "router",
+                "drop `router @ [...]`",
+            )
+        need = replace_last(without(x.split, ffn_axes), ())
+        out = out_declared(node, len(out_shape)) or need
+        # the busiest rank's copies: padded to capacity, or times the load imbalance
+        rows = expert_rows(node, tokens(node, x.shape))
+        if node.args.get("capacity") is None:
+            rows = ceil(rows * imbalance(node))
+        moved = rows * x.shape[-1]
+        collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
+        if ctx.mesh_sizes.get("ep", 1) > 1:
+            collectives = (
+                Collective("AllToAll", ("ep",), moved, "dispatch"),
+                Collective("AllToAll", ("ep",), moved, "combine"),
+            ) + collectives
+        return Layout(inputs=(need,), output=out, params=tuple(params), collectives=collectives)
+
+    def backward_collectives(self, node, inputs, layout, ctx):
+        """The gradients retrace the tokens' way: combine's AllToAll backward is a
+        dispatch, dispatch's a combine; the input gradient of the column-parallel
+        gate/up is a partial sum over tp."""
+        back = tuple(c for c in layout.collectives if c.kind == "AllToAll")
+        tp = tuple(a for a in ("tp",) if ctx.mesh_sizes.get(a, 1) > 1)
+        if tp:
+            back += (Collective("AllReduce", tp, prod(inputs[0].shape), "input gradient"),)
+        return back
+
+    def saves(self, node, inputs, output, ctx):
+        """What backward reads, per micro-batch: x (the router's and shared experts'
+        input), the router's fp32 probabilities [tokens, experts] (softmax's or
+        sigmoid's backward reads its output) and the top-k weights and int32 indices,
+        the permuted token copies [rows, hidden] (the experts' matmul input), each
+        gated half and the activation [rows, ffn], and the experts' outputs
+        [rows, hidden] (the un-permute buffer: the weights' gradient reads it);
+        rows are `expert_rows` times the load imbalance when dropless. The shared
+        experts save their gated halves and activation [tokens, shared_ffn]."""
+        (x,) = inputs
+        name, item = node.name, ctx.dtype_bytes
+        lead = x.split[:-1]
+        n, h = tokens(node, x.shape), x.shape[-1]
+        e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
+        rows = expert_rows(node, n)
+        if node.args.get("capacity") is None:
+            rows = ceil(rows * imbalance(node))
+        row_split = (tuple(a for dim in lead for a in dim), ())
+        tok_split = (row_split[0], ())
+        ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        experts, shared = self.matrices(node)
+        saved = [
+            saved_operand(node.inputs[0].name, x),
+            Saved(f"{name}.probs", (n, e), tok_split, FP32, "internal"),
+            Saved(f"{name}.topk_weights", (n, k), tok_split, FP32, "internal"),
+            Saved(f"{name}.topk_indices", (n, k), tok_split, INDEX, "internal"),
+            Saved(f"{name}.permuted", (rows, h), row_split, item, "internal"),
+        ]
+        ffn_split = (row_split[0], ffn_axes)
+        for m in experts[:-1]:
+            saved.append(Saved(f"{name}.{m}", (rows, f), ffn_split, item, "internal"))
+        if len(experts) == 3:
+            saved.append(Saved(f"{name}.act", (rows, f), ffn_split, item, "internal"))
+        saved.append(Saved(f"{name}.expert_out", (rows, h), row_split, item, "internal"))
+        s = self.arg(node, "shared_ffn")
+        for m in shared[:-1]:
+            saved.append(Saved(f"{name}.{m}", (n, s), (tok_split[0], ffn_axes), item, "internal"))
+        if len(shared) == 3:
+            saved.append(
+                Saved(f"{name}.shared_act", (n, s), (tok_split[0], ffn_axes), item, "internal")
+            )
+        return saved
+
+    def work(self, node, inputs, output, ctx):
+        """Model FLOPs: the router (2 * tokens * hidden * experts) and the active
+        experts only, each matrix 2 * tokens * top_k * hidden * ffn, plus the shared
+        experts over every token. The kernels compute the capacity-padded rows, or
+        the busiest expert rank's rows (times the load imbalance) when dropless.
+        Memory-bound: the router's softmax, the permute and un-permute copies, the
+        activation and the weighted combine."""
+        (x,) = inputs
+        n, h = tokens(node, x.shape), x.shape[-1]
+        e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
+        experts, shared = self.matrices(node)
+        s = self.arg(node, "shared_ffn")
+        router = 2 * n * h * e
+        active = len(experts) * 2 * n * k * h * f
+        shared_flops = len(shared) * 2 * n * h * s
+        rows = expert_rows(node, n)
+        if node.args.get("capacity") is None:
+            rows = rows * imbalance(node)
+        kernel = router + int(len(experts) * 2 * rows * h * f) + shared_flops
+        item = ctx.dtype_bytes
+        memory = (
+            tensor_bytes(inputs[0])
+            + tensor_bytes(output)
+            + 2 * n * e * FP32  # router probabilities written, read by top-k
+            + 4 * n * k * h * item  # permute and un-permute: each reads and writes the copies
+            + 3 * n * k * f * item  # the activation: two halves read, one written
+            + 2 * n * s * item * (len(shared) > 0)
+        )
+        return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
+                    memory_bytes=memory)  # fmt: skip

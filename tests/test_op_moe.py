@@ -1,0 +1,307 @@
+"""moe (msgen/ops/moe.py): its numpy reference, written token by token from the
+published definitions (Megatron-LM megatron/core/transformer/moe/moe_utils.py
+`topk_softmax_with_capacity`, `switch_load_balancing_loss_func`, `z_loss_func`;
+Fedus et al. 2021 for the Switch loss), and what the op's shape, parameters, saves
+and FLOPs must be on tests/specs/tiny_moe.msl."""
+
+from __future__ import annotations
+
+from math import ceil
+from pathlib import Path
+
+import numpy as np
+
+from msgen.analysis.plan import Plan
+from msgen.compiler import analyze_text
+from msgen.estimate.flops import step_flops
+from tests.reference_numpy import WithAux
+
+SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu(x):
+    from math import erf, sqrt
+
+    return 0.5 * x * (1.0 + np.vectorize(erf)(x / sqrt(2.0)))
+
+
+def ffn(x, w: dict, act: str, prefix: str = ""):
+    """One expert on rows x [n, hidden]: down(silu(x gate) * (x up)), or down(gelu(x up))."""
+    up = x @ w[prefix + "up"]
+    hidden = silu(x @ w[prefix + "gate"]) * up if act == "swiglu" else gelu(up)
+    return hidden @ w[prefix + "down"]
+
+
+def route(tokens, router, top_k, score="softmax", norm_topk=True):
+    """(full probabilities [n, E], chosen experts [n, k], their weights [n, k]).
+    The scores in fp32 or better (here float64); softmax over all experts, then the
+    top k, renormalised to sum to one when `norm_topk` (Megatron's default
+    pre-softmax-free path computes softmax over the top-k logits, which is the same);
+    sigmoid scores are normalised by their sum (Megatron adds 1e-20)."""
+    logits = tokens @ router
+    if score == "softmax":
+        z = np.exp(logits - logits.max(-1, keepdims=True))
+        probs = z / z.sum(-1, keepdims=True)
+    else:
+        probs = 1.0 / (1.0 + np.exp(-logits))
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+    weights = np.take_along_axis(probs, chosen, -1)
+    if norm_topk:
+        weights = weights / (weights.sum(-1, keepdims=True) + (1e-20 if score == "sigmoid" else 0))
+    return probs, chosen, weights
+
+
+def kept(chosen, weights, experts, capacity, drop):
+    """Which (token, slot) pairs survive a capacity: each expert keeps at most
+    ceil(n * k / E * capacity) of its tokens, the most probable ("probs") or the
+    first in token order ("position"); dropless (None) keeps all."""
+    keep = np.ones(chosen.shape, bool)
+    if capacity is None:
+        return keep
+    n, k = chosen.shape
+    cap = ceil(n * k / experts * capacity)
+    for e in range(experts):
+        tok, slot = np.nonzero(chosen == e)
+        if drop == "probs":
+            order = np.argsort(-weights[tok, slot], kind="stable")
+        else:
+            order = np.arange(len(tok))
+        drop_ = order[cap:]
+        keep[tok[drop_], slot[drop_]] = False
+    return keep
+
+
+def moe(x, params: dict, experts, top_k, act="swiglu", score="softmax", norm_topk=True,
+        capacity=None, drop="probs"):  # fmt: skip
+    """x [..., hidden]; params: router [h, E], gate/up [E, h, F], down [E, F, h], and
+    shared_gate/shared_up [h, S], shared_down [S, h] when there are shared experts."""
+    h = x.shape[-1]
+    t = x.reshape(-1, h)
+    _, chosen, weights = route(t, params["router"], top_k, score, norm_topk)
+    keep = kept(chosen, weights, experts, capacity, drop)
+    out = np.zeros_like(t)
+    for i in range(t.shape[0]):
+        for j in range(top_k):
+            if keep[i, j]:
+                e = chosen[i, j]
+                w = {m: params[m][e] for m in ("gate", "up", "down") if m in params}
+                out[i] += weights[i, j] * ffn(t[i : i + 1], w, act)[0]
+    if "shared_up" in params:
+        out += ffn(t, params, act, "shared_")
+    return out.reshape(x.shape)
+
+
+def load_balancing_loss(probs, chosen, experts, coeff):
+    """Switch's loss as Megatron's switch_load_balancing_loss_func computes it:
+    coeff * E / (n^2 k) * sum_e (sum_t p_te) * tokens_e, that is
+    coeff * E * sum_e P_e f_e with P_e the mean probability and f_e the share of the
+    n * k routed copies expert e gets."""
+    n, k = chosen.shape
+    counts = np.bincount(chosen.ravel(), minlength=experts)
+    return coeff * experts / (n * n * k) * float(probs.sum(0) @ counts)
+
+
+def z_loss(logits, coeff):
+    """ST-MoE's router z-loss, Megatron's z_loss_func: coeff * mean(logsumexp^2)."""
+    m = logits.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[:, 0]
+    return coeff * float(np.mean(lse**2))
+
+
+def aux_losses(x, router, top_k, score, aux_coeff, z_coeff) -> float:
+    """The op's auxiliary losses on tokens x [..., hidden]: Switch's load-balancing
+    loss over the probabilities (sigmoid scores normalised per token first, as
+    Megatron-LM's router does for the loss) and the copies routed before any capacity
+    drops, and the router z-loss of the logits."""
+    t = x.reshape(-1, x.shape[-1])
+    probs, chosen, _ = route(t, router, top_k, score, norm_topk=False)
+    if score == "sigmoid":
+        probs = probs / (probs.sum(-1, keepdims=True) + 1e-20)
+    experts = router.shape[1]
+    return load_balancing_loss(probs, chosen, experts, aux_coeff) + z_loss(t @ router, z_coeff)
+
+
+def reference(op):
+    a = op.args
+    names = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    params = {m: op.params[f"{op.prefix}{op.node.name}.{m}"] for m in names
+              if f"{op.prefix}{op.node.name}.{m}" in op.params}  # fmt: skip
+    score = a.get("router", "softmax")
+    out = moe(
+        op.inputs[0],
+        params,
+        a["experts"],
+        a["top_k"],
+        a.get("activation", "swiglu"),
+        score,
+        a.get("norm_topk", True),
+        a.get("capacity"),
+        a.get("drop", "probs"),
+    )
+    aux_coeff, z_coeff = a.get("aux_loss", 0.0), a.get("z_loss", 0.0)
+    if not aux_coeff and not z_coeff:
+        return out
+    aux = aux_losses(op.inputs[0], params["router"], a["top_k"], score, aux_coeff, z_coeff)
+    return WithAux(out, aux)
+
+
+REFERENCES = {"moe": reference}
+
+
+def weights(rng, h, e, f, s=0):
+    p = {
+        "router": rng.normal(size=(h, e)),
+        "gate": rng.normal(size=(e, h, f)) / h**0.5,
+        "up": rng.normal(size=(e, h, f)) / h**0.5,
+        "down": rng.normal(size=(e, f, h)) / f**0.5,
+    }
+    if s:
+        p |= {"shared_gate": rng.normal(size=(h, s)), "shared_up": rng.normal(size=(h, s)),
+              "shared_down": rng.normal(size=(s, h))}  # fmt: skip
+    return p
+
+
+def test_all_experts_equal_and_normalised_is_one_dense_ffn():
+    """With every expert the same, normalised top-k weights sum to one: the block
+    is that one feed-forward, whatever the router chooses."""
+    rng = np.random.default_rng(0)
+    p = weights(rng, 8, 4, 6)
+    for m in ("gate", "up", "down"):
+        p[m] = np.repeat(p[m][:1], 4, axis=0)
+    x = rng.normal(size=(2, 5, 8))
+    dense = ffn(x.reshape(-1, 8), {m: p[m][0] for m in ("gate", "up", "down")}, "swiglu")
+    np.testing.assert_allclose(moe(x, p, 4, 2), dense.reshape(x.shape), rtol=1e-12)
+    unnormalised = moe(x, p, 4, 2, norm_topk=False)
+    assert np.abs(unnormalised - dense.reshape(x.shape)).max() > 1e-3
+
+
+def test_top_1_sends_each_token_to_its_highest_scoring_expert_only():
+    rng = np.random.default_rng(1)
+    p = weights(rng, 8, 4, 6)
+    x = rng.normal(size=(6, 8))
+    best = np.argmax(x @ p["router"], -1)
+    got = moe(x, p, 4, 1)
+    for i in range(6):
+        one = {m: p[m][best[i]] for m in ("gate", "up", "down")}
+        np.testing.assert_allclose(got[i], ffn(x[i : i + 1], one, "swiglu")[0], rtol=1e-12)
+
+
+def test_capacity_drops_the_least_probable_or_the_latest_tokens():
+    """Capacity 1 with every token choosing expert 0 (top 1 of 2): ceil(n / 2)
+    tokens stay, by probability or by position."""
+    rng = np.random.default_rng(2)
+    p = weights(rng, 4, 2, 3)
+    x = np.abs(rng.normal(size=(6, 4))) + 0.1
+    p["router"] = np.stack([np.ones(4), -np.ones(4)], axis=1) * rng.uniform(0.5, 2, (4, 1))
+    probs, chosen, w = route(x, p["router"], 1, norm_topk=False)
+    assert (chosen == 0).all()
+    by_probs = kept(chosen, probs[:, :1], 2, 1.0, "probs")[:, 0]
+    assert by_probs.sum() == 3 and set(np.argsort(-probs[:, 0])[:3]) == set(np.nonzero(by_probs)[0])
+    assert kept(chosen, w, 2, 1.0, "position")[:, 0].tolist() == [True] * 3 + [False] * 3
+    out = moe(x, p, 2, 1, capacity=1.0, drop="position")
+    np.testing.assert_allclose(out[3:], 0.0)
+    assert np.abs(out[:3]).min() > 0
+
+
+def test_the_load_balancing_loss_is_its_coefficient_when_routing_is_uniform():
+    """P_e = 1/E and f_e = 1/E give coeff * E * E / E^2 = coeff (Fedus et al. 2021);
+    all tokens on one expert with probability one give coeff * E."""
+    n, e = 8, 4
+    probs = np.full((n, e), 1 / e)
+    chosen = np.array([[i % e, (i + 1) % e] for i in range(n)])
+    assert abs(load_balancing_loss(probs, chosen, e, 0.01) - 0.01) < 1e-15
+    peaked = np.zeros((n, e))
+    peaked[:, 0] = 1
+    assert abs(load_balancing_loss(peaked, np.zeros((n, 1), int), e, 0.01) - 0.04) < 1e-15
+    assert abs(z_loss(np.zeros((3, e)), 1.0) - np.log(e) ** 2) < 1e-12
+
+
+def analysed(ep: int = 1):
+    text = SPEC.read_text().replace("    tp = 2\n}", f"    tp = 2\n    ep = {ep}\n}}")
+    result = analyze_text(text, "spec.msl", SPEC.parent)
+    assert result.ok, [d.message for d in result.diagnostics]
+    return result
+
+
+def test_moe_parameters_are_the_router_and_the_stacked_experts():
+    """router [h, E]; gate, up [E, h, F] and down [E, F, h]; the shared expert's
+    [h, S], [h, S], [S, h]: the spec's 64 hidden, 4 experts, ffn 32, shared 32. The
+    experts split over tp on ffn, and over ep on their first dim when ep > 1."""
+    of = analysed().facts.graphs["decoder"].ops["ffn2"]
+    shapes = {p.name: p.shape for p in of.params}
+    assert shapes == {
+        "router": (64, 4),
+        "gate": (4, 64, 32),
+        "up": (4, 64, 32),
+        "down": (4, 32, 64),
+        "shared_gate": (64, 32),
+        "shared_up": (64, 32),
+        "shared_down": (32, 64),
+    }
+    splits = {p.name: p.split for p in of.params}
+    assert splits["router"] == ((), ())
+    assert splits["gate"] == ((), (), ("tp",)) and splits["down"] == ((), ("tp",), ())
+    of = analysed(ep=2).facts.graphs["decoder"].ops["ffn2"]
+    splits = {p.name: p.split for p in of.params}
+    assert splits["gate"] == (("ep",), (), ("tp",)) and splits["down"] == (("ep",), ("tp",), ())
+    assert splits["router"] == ((), ()) and splits["shared_up"] == ((), ("tp",))
+
+
+def test_moe_saves_router_probabilities_token_copies_and_expert_buffers():
+    """Per micro-batch (batch = micro_batch * dp = 4, seq 32: n = 128 tokens, k = 2,
+    h = 64, F = S = 32): x; fp32 probs [n, E]; top-k weights (fp32) and indices
+    (int32) [n, k]; permuted copies and expert outputs [n k, h]; gate, up and act
+    [n k, F]; the shared expert's gate, up and act [n, S]."""
+    of = analysed().facts.graphs["decoder"].ops["ffn2"]
+    got = {s.key: (s.shape, s.itemsize) for s in of.saves}
+    n, k = 128, 2
+    assert got == {
+        "n2": ((4, 32, 64), 4),
+        "ffn2.probs": ((n, 4), 4),
+        "ffn2.topk_weights": ((n, k), 4),
+        "ffn2.topk_indices": ((n, k), 4),
+        "ffn2.permuted": ((n * k, 64), 4),
+        "ffn2.gate": ((n * k, 32), 4),
+        "ffn2.up": ((n * k, 32), 4),
+        "ffn2.act": ((n * k, 32), 4),
+        "ffn2.expert_out": ((n * k, 64), 4),
+        "ffn2.shared_gate": ((n, 32), 4),
+        "ffn2.shared_up": ((n, 32), 4),
+        "ffn2.shared_act": ((n, 32), 4),
+    }
+
+
+def test_moe_flops_count_the_router_and_the_active_experts_only():
+    """The step's model FLOPs less those of the same spec without the moe line
+    (output h + n2) are the moe's: 3 x forward (fwd + 2 x bwd) x layers x
+    micro-batches x [router 2 n h E + experts 3 * 2 n k h F + shared 3 * 2 n h S]."""
+    text = SPEC.read_text()
+    moe_ = analysed()
+    with_moe = step_flops(Plan(moe_.spec, moe_.facts)).model
+    line = next(t for t in text.splitlines(keepends=True) if "= moe(" in t)
+    text = text.replace(line, "").replace("output h + ffn2", "output h + n2")
+    dense = analyze_text(text, "s.msl", SPEC.parent)
+    without = step_flops(Plan(dense.spec, dense.facts)).model
+    n, h, e, k, f, s = 128, 64, 4, 2, 32, 32
+    per = 2 * n * h * e + 3 * 2 * n * k * h * f + 3 * 2 * n * h * s
+    assert with_moe - without == 3 * 2 * 2 * per
+
+
+def errors_of(text: str):
+    result = analyze_text(text, "spec.msl", SPEC.parent)
+    return [(d.code, d.message) for d in result.diagnostics if d.is_error]
+
+
+def test_a_router_that_is_not_one_of_the_choices_is_msl116():
+    text = SPEC.read_text().replace("aux_loss = 0.01", "router = relu, aux_loss = 0.01")
+    assert errors_of(text) == [("MSL116", "`router` of moe is one of softmax, sigmoid")]
+
+
+def test_a_split_router_is_msl210():
+    text = SPEC.read_text().replace("aux_loss = 0.01)", "aux_loss = 0.01) router @ [1, tp]")
+    (error,) = errors_of(text)
+    assert error[0] == "MSL210" and "`router` of moe `ffn2` cannot be split" in error[1]
