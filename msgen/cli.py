@@ -228,6 +228,16 @@ def cmd_ckpt(args) -> int:
     result = _analyze(args.file, args.error_format, args.set)
     if not result.ok:
         return EXIT_ERRORS
+    if args.action in ("merge", "reshard"):
+        from msgen.ckpt.command import TransformOptions, merge_command, reshard_command
+
+        options = TransformOptions(
+            Path(args.file), Path(args.source), Path(args.output), args.force
+        )
+        if args.action == "merge":
+            return merge_command(result, options)
+        source = _analyze(args.file, args.error_format)  # the run's mesh: the spec as written
+        return reshard_command(source, result, options)
     origin = Path(args.from_hf) if args.from_hf else None
     options = CkptOptions(
         Path(args.file), Path(args.source), Path(args.output), args.force, origin=origin
@@ -462,17 +472,22 @@ def _import_command(sub) -> None:
 
 
 def _ckpt_command(sub) -> None:
-    text = "checkpoints in and out: Hugging Face safetensors to msgen's and back"
+    text = "checkpoints in and out: Hugging Face safetensors to msgen's and back, merge, reshard"
     p = sub.add_parser("ckpt", help=text, description=text)
-    p.add_argument("action", choices=("from-hf", "to-hf"),
+    p.add_argument("action", choices=("from-hf", "to-hf", "merge", "reshard"),
                    help="from-hf: a Hugging Face folder to the checkpoint train.py "
-                   "--init-from loads; to-hf: a checkpoint back to safetensors")  # fmt: skip
+                   "--init-from loads; to-hf: a checkpoint back to safetensors; merge: a "
+                   "run's per-rank slices into one checkpoint; reshard: a run's slices for "
+                   "the mesh --set gives, as a run folder --resume continues")  # fmt: skip
     p.add_argument("file", metavar="SPEC")
     p.add_argument("source", metavar="DIR",
                    help="from-hf: the Hugging Face model folder; to-hf: the folder from-hf "
-                   "wrote, or a one-rank run's output folder")  # fmt: skip
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
-    p.add_argument("--force", action="store_true", help="write into a folder that is not empty")
+                   "wrote, or a run's output folder; merge, reshard: a run's output "
+                   "folder (its rank_<r> folders)")  # fmt: skip
+    p.add_argument("-o", "--output", required=True, metavar="PATH",
+                   help="the folder to write (merge: the checkpoint file)")  # fmt: skip
+    p.add_argument("--force", action="store_true",
+                   help="write into a folder that is not empty, or replace merge's file")  # fmt: skip
     p.add_argument("--from-hf", metavar="DIR",
                    help="to-hf of a run: the folder from-hf wrote for its --init-from "
                    "(its source.json names and types the tensors)")  # fmt: skip

@@ -40,11 +40,10 @@ def msgen(*args) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def hf_model(family: str, folder: Path, dtype) -> object:
+def hf_model(family: str, folder: Path, dtype, **sizes) -> object:
     name, extra = MODELS[family]
     config = getattr(transformers, name)(
-        hidden_size=64,
-        intermediate_size=96,
+        **{"hidden_size": 64, "intermediate_size": 96, **sizes},
         num_attention_heads=4,
         num_hidden_layers=2,
         vocab_size=128,
@@ -232,3 +231,48 @@ def test_a_tensor_its_shard_does_not_hold_is_named(tmp_path):
     code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")
     assert code == 2 and "model.norm.weight is not in" in err and "Traceback" not in err
     assert not (tmp_path / "init").exists()
+
+
+def readme_section_commands() -> list[str]:
+    """The commands README's "Start from a Hugging Face model" prints, in order."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## Start from a Hugging Face model")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    return [line.strip() for line in section.splitlines() if line.startswith("    ")]
+
+
+@pytest.mark.slow
+def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
+    """Each command of the section, as printed, in a folder holding a small LLaMA saved
+    by transformers as `my-llama/`: the trained model comes back to transformers, and
+    the run resharded for tp = 2 merges back into the run's own checkpoint."""
+    import shlex
+    import subprocess
+
+    hf_model("llama", tmp_path / "my-llama", torch.float32)
+    commands = readme_section_commands()
+    assert [c.split()[:3] for c in commands][-2:] == [["msgen", "ckpt", "merge"],
+                                                      ["msgen", "ckpt", "reshard"]]  # fmt: skip
+    root = str(Path(__file__).resolve().parents[1])
+    for command in commands:
+        argv = shlex.split(command)
+        program = {"msgen": [sys.executable, "-m", "msgen.cli"], "python": [sys.executable]}
+        done = subprocess.run(
+            program[argv[0]] + argv[1:], cwd=tmp_path, capture_output=True, text=True,
+            timeout=900, env={**__import__("os").environ, "PYTHONPATH": root},
+        )  # fmt: skip
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "my-llama-trained")
+    assert again.config.model_type == "llama"
+    merged = ms.load_checkpoint(str(tmp_path / "merged.ckpt"))
+    assert int(merged["step"].asnumpy()) == 3 and any(n.startswith("adam_v.") for n in merged)
+    tp2 = tmp_path / "run-tp2"
+    assert sorted(p.name for p in tp2.iterdir()) == ["rank_0", "rank_1"]
+    sets = ("--set", "cluster.per_node=2", "--set", "mesh.tp=2")
+    code, err = msgen("ckpt", "merge", tmp_path / "my_llama.msl", tp2, "-o", tmp_path / "b.ckpt",
+                      *sets)  # fmt: skip
+    assert code == 0, err
+    back = ms.load_checkpoint(str(tmp_path / "b.ckpt"))
+    assert set(back) == set(merged)
+    for name, value in merged.items():
+        assert np.array_equal(back[name].asnumpy(), value.asnumpy()), name

@@ -35,6 +35,7 @@ LAYERS = (
             "msgen.doctor",
             "msgen.review",
             "msgen.hf",
+            "msgen.ckpt",
             "msgen.runs",
             "msgen.cli",
         ),

@@ -611,15 +611,25 @@ def own_state(state, sliced):
     return {name: p for name, p in state.items() if p.sliced and not p.has_init}
 
 
-def init_weights(path, network, distributed):
-    """--init-from: the network's weights from `path`, by parameter path and shape; the
-    optimizer moments stay zero and the step 0 (a new run from these weights)."""
+def init_weights(folder, rank, network, distributed):
+    """--init-from: the network's weights from `folder`, by parameter path and shape;
+    the optimizer moments stay zero and the step 0 (a new run from these weights).
+    Under semi-auto parallel each rank loads its own slices, `rank_<r>/model.ckpt`
+    (msgen ckpt from-hf writes them for this mesh), into the parameters MindSpore laid
+    out for its stage when the step compiled (`sliced`, set by _slice_parameter in
+    parallel/_utils.py); otherwise the whole weights, `model.ckpt`."""
     params = {p.name: p for p in network.get_parameters()}
-    if distributed and any(p.sliced for p in params.values()):
-        fail(
-            "--init-from loads whole weights, and this mesh slices them: run it "
-            "stand-alone or on a data-parallel mesh"
+    sliced = distributed and any(p.sliced for p in params.values())
+    path = folder / f"rank_{rank}" / INIT_FILE if sliced else folder / INIT_FILE
+    if not path.is_file():
+        made = (
+            "msgen ckpt from-hf with this spec's mesh writes each rank's slices"
+            if sliced
+            else "it holds per-rank slices; msgen ckpt merge makes the whole weights"
         )
+        fail(f"--init-from: no {path}: {made}")
+    if sliced:
+        params = {name: p for name, p in params.items() if p.sliced}
     try:
         saved = ms.load_checkpoint(str(path))
     except (ValueError, RuntimeError, OSError) as exc:
@@ -627,11 +637,14 @@ def init_weights(path, network, distributed):
     missing = sorted(set(params) - set(saved))
     if missing:
         fail(f"--init-from: {path} lacks {missing[:5]} (converted for another spec?)")
+    extra = sorted(set(saved) - set(params))
+    if extra:
+        fail(f"--init-from: {path} holds {extra[:5]}, not this rank's (another mesh?)")
     for name, p in params.items():
         if tuple(saved[name].shape) != tuple(p.shape):
             fail(
                 f"--init-from: {name} is {list(saved[name].shape)} in {path}, "
-                f"{list(p.shape)} here"
+                f"{list(p.shape)} here (converted for another mesh?)"
             )
         p.set_data(saved[name].astype(p.dtype))
 
@@ -1049,7 +1062,8 @@ def parse_args():
         "--init-from",
         type=Path,
         metavar="DIR",
-        help="start from the weights in DIR/model.ckpt (msgen ckpt from-hf writes it)",
+        help="start from the weights msgen ckpt from-hf wrote in DIR (model.ckpt, or "
+        "each rank's rank_<r>/model.ckpt when the mesh slices them)",
     )
     parser.add_argument(
         "--dryrun",
@@ -1073,7 +1087,9 @@ def parse_args():
         parser.error("--rehearse and --standalone exclude each other")
     if args.init_from and args.resume:
         fail("--init-from starts a new run, --resume continues one: give one of them")
-    if args.init_from and not (args.init_from / INIT_FILE).is_file():
+    if args.init_from and not any(
+        (args.init_from / where / INIT_FILE).is_file() for where in (".", "rank_0")
+    ):
         made = "msgen ckpt from-hf writes it"
         fail(f"--init-from: no {args.init_from / INIT_FILE} ({made})")
     if not (args.standalone or args.rehearse) and not launched():
@@ -1175,7 +1191,7 @@ def main():
 
     start = restore(folder, state, chosen) if args.resume else 0
     if args.init_from:
-        init_weights(args.init_from / INIT_FILE, network, distributed)
+        init_weights(args.init_from, rank, network, distributed)
     data = batches(shards, shard, start)
     write_run_json(folder, rank, world, start)
     print(

@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from msgen.ckpt.command import scratch, whole_checkpoint
+from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
+from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE
+from msgen.ckpt.slices import slice_of
+from msgen.ckpt.transform import load
 from msgen.commands.files import new_file_mode
 from msgen.commands.status import EXIT_OK, UsageError
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
-from msgen.hf.layout import hf_names, to_hf, to_msgen
+from msgen.hf.layout import hf_names, msgen_prefix, to_hf, to_msgen
 from msgen.hf.tensors import (
     TensorFileError,
     as_float32,
@@ -31,8 +35,6 @@ from msgen.hf.tensors import (
     read_tensor,
 )
 
-INIT_FILE = "model.ckpt"  # what from-hf writes and --init-from loads
-SOURCE_FILE = "source.json"  # the source config and each tensor's dtype, for to-hf
 SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size
 DTYPE_OF = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
 
@@ -45,19 +47,6 @@ class CkptOptions:
     force: bool = False
     shard_bytes: int = SHARD_BYTES
     origin: Path | None = None  # to-hf of a run: the from-hf folder it started from
-
-
-def spec_params(result) -> dict[str, tuple[int, ...]]:
-    """Every parameter path of the analysed spec with its logical shape."""
-    from msgen.analysis.plan import build_plan
-
-    plan = build_plan(result.spec, result.facts)
-    out = {f"{op}.{p.name}": tuple(p.shape) for op, p in plan.network_params()}
-    for rep in plan.repeats:
-        for copy in range(rep.count):
-            for op, p in plan.layer_params(rep.layer):
-                out[f"{rep.layer}.{copy}.{op}.{p.name}"] = tuple(p.shape)
-    return out
 
 
 def _hf_files(folder: Path) -> dict[str, Path]:
@@ -115,18 +104,6 @@ def _write_bytes(path: Path, chunks) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def check_against_spec(converted: dict[str, tuple[int, ...]], expected: dict) -> None:
-    """Names, shapes and counts equal, or a usage error naming the first difference."""
-    for name, shape in converted.items():
-        if name not in expected:
-            raise UsageError(f"{name} is not a parameter of the spec")
-        if tuple(shape) != expected[name]:
-            raise UsageError(f"{name} is {list(shape)} here, {list(expected[name])} in the spec")
-    missing = sorted(set(expected) - set(converted))
-    if missing:
-        raise UsageError(f"the spec's {missing[0]} has no tensor ({len(missing)} missing)")
-
-
 def from_hf(result, options: CkptOptions) -> int:
     import mindspore as ms
 
@@ -144,7 +121,7 @@ def from_hf(result, options: CkptOptions) -> int:
         return np.broadcast_to(np.float32(0), shapes[name])
 
     expected = spec_params(result)
-    check_against_spec({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+    check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
 
     def load(name: str) -> np.ndarray:
         array, dtype = read_tensor(files[name], name, headers[files[name]])
@@ -152,56 +129,90 @@ def from_hf(result, options: CkptOptions) -> int:
 
     dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}
     param = dtype[result.spec.model.param_dtype.value]
-    params = [
-        {"name": n, "data": ms.Tensor(np.ascontiguousarray(a), dtype=param)}
-        for n, a in to_msgen(model, load)
-    ]
+    stages = stage_layouts(result, options.spec)
     _fresh_folder(options.output, options.force)
-    tmp = options.output / ".model.msgen-new.ckpt"  # save_checkpoint appends .ckpt otherwise
-    try:
-        ms.save_checkpoint(params, str(tmp))
-        os.replace(tmp, options.output / INIT_FILE)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if stages:
+        count = _write_ranks(model, load, zeros, stages, param, options.output)
+        wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
+    else:
+        tensors = (
+            (n, ms.Tensor(np.ascontiguousarray(a), dtype=param)) for n, a in to_msgen(model, load)
+        )
+        params = [{"name": n, "data": t} for n, t in tensors]
+        _save(params, options.output / INIT_FILE)
+        wrote = f"{options.output / INIT_FILE}: {len(params)} parameters"
     config = json.loads((options.source / "config.json").read_text(encoding="utf-8"))
     source = {"config": config, "dtypes": dtypes}
     _write_bytes(options.output / SOURCE_FILE, [json.dumps(source, indent=1).encode()])
-    print(f"wrote {options.output / INIT_FILE}: {len(params)} parameters", file=sys.stderr)
+    print(f"wrote {wrote}", file=sys.stderr)
     return EXIT_OK
 
 
-def newest_checkpoint(folder: Path) -> Path:
-    """from-hf's model.ckpt, or the newest step of a one-rank run folder."""
-    if (folder / INIT_FILE).is_file():
-        return folder / INIT_FILE
-    ranks = sorted(folder.glob("rank_*"))
-    if len(ranks) > 1:
-        raise UsageError(f"{folder} holds {len(ranks)} ranks' slices: merge them first")
-    steps = sorted(
-        (int(m.group(1)), p)
-        for p in (ranks[0] if ranks else folder).glob("step_*.ckpt")
-        if (m := re.fullmatch(r"step_(\d+)\.ckpt", p.name))
-    )
-    if not steps:
-        raise UsageError(f"{folder} holds no {INIT_FILE} and no step_*.ckpt")
-    return steps[-1][1]
+def _save(params: list[dict], path: Path) -> None:
+    import mindspore as ms
+
+    tmp = path.with_name(f".{path.stem}.msgen-new.ckpt")  # save_checkpoint appends .ckpt otherwise
+    try:
+        ms.save_checkpoint(params, str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _rank_slices(tensors, needed: set, stage, local: int, dtype) -> list[dict]:
+    """One rank's slices of the converted tensors, as save_checkpoint takes them
+    (from_numpy shares the slice's memory; a cast makes the one copy of another dtype)."""
+    import mindspore as ms
+
+    out = []
+    for name, array in tensors:
+        if name in needed:
+            tensor = ms.Tensor.from_numpy(
+                np.ascontiguousarray(slice_of(array, stage.layouts[name], local))
+            )
+            out.append(
+                {"name": name, "data": tensor if tensor.dtype == dtype else tensor.astype(dtype)}
+            )
+    return out
+
+
+def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> int:
+    """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
+    beside them (so the folder merges as a run does). Rank by rank, each reading only
+    the tensors its stage holds: host memory is one rank's slices and one tensor."""
+
+    prefixes = {n: msgen_prefix(model, n) for n in hf_names(model)}
+    rank = 0
+    for stage in stages:
+        needed = {n for n in stage.layouts if not n.startswith(MOMENTS + ("accu_grads.",))}
+        read = {h for h, pre in prefixes.items() if any(n.startswith(pre) for n in needed)}
+
+        def get(name: str, read=read) -> np.ndarray:  # another stage's: its shape, unread
+            return load(name) if name in read else zeros(name)
+
+        for local in range(stage.devices):
+            folder = output / f"rank_{rank}"
+            folder.mkdir(exist_ok=True)
+            _write_bytes(folder / STRATEGY_FILE, [stage.text.encode()])
+            _save(
+                _rank_slices(to_msgen(model, get), needed, stage, local, param), folder / INIT_FILE
+            )
+            rank += 1
+    return rank
 
 
 def to_hf_command(result, options: CkptOptions) -> int:
-    import mindspore as ms
 
     source_file = (options.origin or options.source) / SOURCE_FILE
     if not source_file.is_file():
         raise UsageError(f"{source_file} not found: name the folder from-hf wrote with --from-hf")
     source = json.loads(source_file.read_text(encoding="utf-8"))
     model = model_of(source["config"])
-    checkpoint = newest_checkpoint(options.source)
-    try:
-        saved = ms.load_checkpoint(str(checkpoint))
-    except (ValueError, RuntimeError, OSError) as exc:
-        raise UsageError(f"cannot read {checkpoint}: {exc}") from exc
+    with scratch(options.output.parent) as work:  # a run's slices merged first
+        step, checkpoint = whole_checkpoint(result, options.spec, options.source, work)
+        saved = load(checkpoint)
     expected = spec_params(result)
-    check_against_spec({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
+    check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
 
     def get(name: str) -> np.ndarray:
         return saved[name].float().asnumpy()
@@ -225,7 +236,10 @@ def to_hf_command(result, options: CkptOptions) -> int:
             options.output / "model.safetensors.index.json", [json.dumps(index, indent=2).encode()]
         )
     _write_bytes(options.output / "config.json", [json.dumps(source["config"], indent=2).encode()])
-    print(f"wrote {options.output}: {len(tensors)} tensors from {checkpoint}", file=sys.stderr)
+    at = f"step {step} of " if step else ""
+    print(
+        f"wrote {options.output}: {len(tensors)} tensors from {at}{options.source}", file=sys.stderr
+    )
     return EXIT_OK
 
 

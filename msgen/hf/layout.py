@@ -78,6 +78,14 @@ def hf_names(m: HfModel) -> list[str]:
     return names
 
 
+def msgen_prefix(m: HfModel, name: str) -> str:
+    """The msgen op path (with its trailing dot) the Hugging Face tensor `name` goes
+    into, as to_msgen places it."""
+    if name.startswith("model.layers."):
+        return layer_path(m, int(name.split(".")[2])) + "."
+    return {"model.embed_tokens.weight": "emb.", "model.norm.weight": "norm."}.get(name, "logits.")
+
+
 def to_msgen(m: HfModel, get: Get) -> Iterator[tuple[str, np.ndarray]]:
     """(msgen parameter path, array) for every parameter, from Hugging Face tensors
     fetched one at a time by `get(name)`."""

@@ -88,12 +88,13 @@ def read_tensor(path: Path, name: str, header=None) -> tuple[np.ndarray, str]:
     if name not in entries:
         raise TensorFileError(f"{path}: no tensor {name}")
     e = entries[name]
+    data = bytearray(e.end - e.begin)  # read into place: the tensor is in memory once
     with open(path, "rb") as f:
         f.seek(start + e.begin)
-        data = f.read(e.end - e.begin)
-    if len(data) != e.end - e.begin:
+        got = f.readinto(data)
+    if got != len(data):
         raise TensorFileError(f"{path}: {name} is cut short")
-    return np.frombuffer(data, DTYPES[e.dtype]).reshape(e.shape).copy(), e.dtype
+    return np.frombuffer(data, DTYPES[e.dtype]).reshape(e.shape), e.dtype
 
 
 def as_float32(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -101,7 +102,7 @@ def as_float32(array: np.ndarray, dtype: str) -> np.ndarray:
     half)."""
     if dtype == "BF16":
         return (array.astype(np.uint32) << 16).view(np.float32)
-    return array.astype(np.float32)
+    return array.astype(np.float32, copy=False)
 
 
 def from_float32(array: np.ndarray, dtype: str) -> np.ndarray:

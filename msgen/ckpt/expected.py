@@ -1,0 +1,93 @@
+"""What a checkpoint of a spec holds: each parameter's logical shape, the optimizer
+moments beside them, the strategy files `msgen compile` writes for its mesh, and the
+check that a checkpoint is one of this spec's (every name known, every shape right)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from msgen.ckpt.slices import stage_devices
+from msgen.commands.status import UsageError
+
+MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
+# what train.py saves beside parameters and moments (the step counters, the loss scale)
+STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter")
+
+
+def spec_params(result) -> dict[str, tuple[int, ...]]:
+    """Every parameter path of the analysed spec with its logical shape."""
+    from msgen.analysis.plan import build_plan
+
+    plan = build_plan(result.spec, result.facts)
+    out = {f"{op}.{p.name}": tuple(p.shape) for op, p in plan.network_params()}
+    for rep in plan.repeats:
+        for copy in range(rep.count):
+            for op, p in plan.layer_params(rep.layer):
+                out[f"{rep.layer}.{copy}.{op}.{p.name}"] = tuple(p.shape)
+    return out
+
+
+def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    return {**params, **{m + n: s for m in MOMENTS for n, s in params.items()}}
+
+
+def semi_auto(result) -> bool:
+    """Whether the spec's mesh runs in semi-auto parallel, slicing the parameters
+    (anything but a data-parallel mesh: DESIGN.md, Parallel mode)."""
+    spec = result.spec
+    return spec.mesh.tp > 1 or spec.mesh.pp > 1 or spec.train.zero > 0
+
+
+def expected_strategies(result, spec_path: Path) -> dict[str, str]:
+    """`stage_<s>.json` -> the strategy file `msgen compile` writes for that pipeline
+    stage; empty for a data-parallel mesh (no rank writes one)."""
+    from msgen.analysis.plan import build_plan
+    from msgen.emit import emit
+
+    if not semi_auto(result):
+        return {}
+    files = emit(build_plan(result.spec, result.facts), spec_path.as_posix())
+    return {
+        path.removeprefix("strategy/"): text
+        for path, text in files.items()
+        if path.startswith("strategy/")
+    }
+
+
+@dataclass(frozen=True)
+class Stage:
+    text: str  # the strategy file compile writes for it
+    layouts: dict  # tensor name -> its layout there
+    devices: int  # ranks in the stage
+
+
+def stage_layouts(result, spec_path: Path) -> list[Stage]:
+    """The spec's pipeline stages in order, as its strategy files lay them out; empty
+    for a data-parallel mesh (every rank whole)."""
+    files = expected_strategies(result, spec_path)
+    stages = []
+    for s in range(len(files)):
+        text = files[f"stage_{s}.json"]
+        layouts = json.loads(text)["parallel_layout_item"]
+        stages.append(Stage(text, layouts, stage_devices(next(iter(layouts.values())))))
+    return stages
+
+
+def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]], where=""):
+    """`got` is a checkpoint of the spec whose tensors are `want`: every name known and
+    of its shape, every parameter there, the moments all there or none (weights only).
+    A usage error names the first difference."""
+    at = f"{where}: " if where else ""
+    for name, shape in got.items():
+        if name in STATE:
+            continue
+        if name not in want:
+            raise UsageError(f"{at}{name} is not a parameter of the spec")
+        if tuple(shape) != tuple(want[name]):
+            raise UsageError(f"{at}{name} is {list(shape)} here, {list(want[name])} in the spec")
+    moments = any(n.startswith(MOMENTS) for n in got)
+    missing = sorted(n for n in want if n not in got and (moments or not n.startswith(MOMENTS)))
+    if missing:
+        raise UsageError(f"{at}the spec's {missing[0]} has no tensor ({len(missing)} missing)")
