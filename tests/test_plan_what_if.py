@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from msgen.cli import EXIT_ERRORS, EXIT_USAGE, main
+from msgen.cli import main
+from msgen.commands.status import EXIT_ERRORS, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT7B = ROOT / "specs" / "gpt7b.msl"
