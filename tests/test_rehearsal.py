@@ -115,12 +115,12 @@ CASES = {
 FAST = {"z0_pp2_mb2_fixed"}
 
 # What each parameter's mirror returns as the gradient, from MindSpore 2.10's source
-# (written here, not read from train.py): with pp = 1 GradAccumulation makes the pass
-# insert a mini-step mirror, whose bprop returns the reduced buffer whatever zero is
-# (grad_comm_ops.py, get_bprop_mirror_mini_step_operator); with pp > 1 a micro-step
-# mirror, returning the gradient only with the parallel optimizer on and otherwise 1.0
-# (get_bprop_mirror_micro_step_operator, `opt_shard`).
-MIRROR_RETURNS_GRADIENT = {(pp, zero): pp == 1 or zero > 0 for pp in (1, 2) for zero in (0, 1, 2)}
+# (written here, not read from train.py): GradAccumulation (pp = 1) and Pipeline both
+# set grad_accumulation_step or stages, for which the pass inserts micro-step mirrors
+# (CreateMirrorOps), returning the reduced gradient only with the parallel optimizer
+# on and otherwise 1.0 (grad_comm_ops.py, get_bprop_mirror_micro_step_operator,
+# `opt_shard`); MindSpore's own _TrainGradAccuStepCell reads `accu_grads` then.
+MIRROR_RETURNS_GRADIENT = {(pp, zero): zero > 0 for pp in (1, 2) for zero in (0, 1, 2)}
 
 
 def levels(case: tuple) -> tuple:

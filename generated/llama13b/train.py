@@ -217,23 +217,20 @@ def _rehearse_mirror(returns_gradient, grad, accu_grad):
     return ops.depend(ops.ones_like(grad), added)
 
 
-# What the parameters' mirrors return as the gradient in semi-auto parallel (the
-# parallel pass picks the mirror from the context's grad_accumulation_step, then the
-# pipeline stages: CreateMirrorOps in the frontend's ops_info/operator_info.cc; the
-# bprops are in ops/_grad_experimental/grad_comm_ops.py):
-# - pp = 1: GradAccumulation's micro-batch slices carry `grad_accu_num`
-#   (parallel/nn/parallel_cell_wrapper.py), from which the pass's preprocessing sets
-#   grad_accumulation_step (TagMicroBatchStart, graph_util/grad_accumulation_utils.cc;
-#   Python may not set it above 1, parallel/_auto_parallel_context.py), so every
-#   parameter gets a mini-step mirror (_MirrorMiniStepOperator; with the parallel
-#   optimizer a _MiniStepAllGather), do_mirror on since nothing sets the graph's
-#   `accumulation` flag. Its bprop adds the gradient into `accu_grads` and returns
-#   the all-reduced buffer as the gradient, whatever zero is; the buffer is left
-#   holding this rank's unreduced sum.
-# - pp > 1: a micro-step mirror (_MirrorMicroStepOperator), whose bprop returns the
-#   reduced gradient with the parallel optimizer on (zero > 0) and otherwise the
-#   constant 1.0, having written the reduced gradient into `accu_grads`.
-MIRROR_RETURNS_GRADIENT = PP == 1 or ZERO > 0
+# What the parameters' mirrors return as the gradient in semi-auto parallel. Both
+# accumulating wrappers make the pass insert micro-step mirrors: GradAccumulation's
+# micro-batch slices carry `grad_accu_num` (parallel/nn/parallel_cell_wrapper.py),
+# from which the preprocessing sets grad_accumulation_step (TagMicroBatchStart,
+# graph_util/grad_accumulation_utils.cc), and CreateMirrorOps (ops_info/
+# operator_info.cc) takes _MirrorMicroStepOperator when grad_accumulation_step > 1 or
+# there are pipeline stages. Each micro-batch's gradient is added into `accu_grads` (_VirtualAssignAdd,
+# AddVirtualAssignAdd in the pass's post-processing); the mirror's bprop
+# (ops/_grad_experimental/grad_comm_ops.py, get_bprop_mirror_micro_step_operator)
+# returns the reduced sum with the parallel optimizer on (zero > 0) and otherwise the
+# constant 1.0, having written the reduced sum into `accu_grads`. MindSpore's own
+# accumulation step reads the buffer alike (nn/wrap/cell_wrapper.py,
+# _TrainGradAccuStepCell: `accu_grads` without the parallel optimizer, `grads` with it).
+MIRROR_RETURNS_GRADIENT = ZERO > 0
 
 
 class GradReducer(nn.Cell):
@@ -242,15 +239,13 @@ class GradReducer(nn.Cell):
 
     A step of micro-batches needs an `accu_grads.*` clone of the parameters: the
     parallel pass gives every parameter's mirror the buffer as its second input
-    (CreateMirrorInput in the frontend's parallel pass; without `accu_grads` it
-    fails for a micro-step mirror and silently falls back to a plain mirror for a
-    mini-step one), and mindformers builds the same
+    (CreateMirrorInput in the frontend's parallel pass; without `accu_grads` a
+    micro-step mirror fails to compile), and mindformers builds the same
     buffer for both (wrapper/wrapper.py, MFPipelineWithLossScaleCell, chosen for
     pipeline and gradient accumulation in trainer/base_trainer.py). Where the gradient
     is read follows MIRROR_RETURNS_GRADIENT. MindSpore's PipelineGradReducer reads an
     undefined name on the buffer path (parallel/nn/parallel_grad_reducer.py,
-    `construct`), and takes the buffer whenever the parallel optimizer is off, which
-    after a mini-step mirror is this rank's unreduced sum; so this is msgen's own.
+    `construct`); so this is msgen's own.
     """
 
     def __init__(self, parameters, returns_gradient):
