@@ -55,34 +55,38 @@ def route(tokens, router, top_k, score="softmax", norm_topk=True):
     return probs, chosen, weights
 
 
-def kept(chosen, weights, experts, capacity, drop):
-    """Which (token, slot) pairs survive a capacity: each expert keeps at most
-    ceil(n * k / E * capacity) of its tokens, the most probable ("probs") or the
-    first in token order ("position"); dropless (None) keeps all."""
+def kept(chosen, weights, experts, capacity, drop, groups=1):
+    """Which (token, slot) pairs survive a capacity, GShard's way: the tokens form
+    `groups` equal groups in order (one per data-parallel rank), and in each group
+    each expert keeps at most ceil(group tokens * k / E * capacity) of its tokens,
+    the most probable ("probs", Megatron-LM's drop policy of that name) or the first
+    in token order ("position"); dropless (None) keeps all."""
     keep = np.ones(chosen.shape, bool)
     if capacity is None:
         return keep
     n, k = chosen.shape
-    cap = ceil(n * k / experts * capacity)
-    for e in range(experts):
-        tok, slot = np.nonzero(chosen == e)
-        if drop == "probs":
-            order = np.argsort(-weights[tok, slot], kind="stable")
-        else:
-            order = np.arange(len(tok))
-        drop_ = order[cap:]
-        keep[tok[drop_], slot[drop_]] = False
+    size = n // groups
+    cap = ceil(size * k / experts * capacity)
+    for start in range(0, n, size):
+        for e in range(experts):
+            tok, slot = np.nonzero(chosen[start : start + size] == e)
+            if drop == "probs":
+                order = np.argsort(-weights[start + tok, slot], kind="stable")
+            else:
+                order = np.arange(len(tok))
+            drop_ = order[cap:]
+            keep[start + tok[drop_], slot[drop_]] = False
     return keep
 
 
 def moe(x, params: dict, experts, top_k, act="swiglu", score="softmax", norm_topk=True,
-        capacity=None, drop="probs"):  # fmt: skip
+        capacity=None, drop="probs", groups=1):  # fmt: skip
     """x [..., hidden]; params: router [h, E], gate/up [E, h, F], down [E, F, h], and
     shared_gate/shared_up [h, S], shared_down [S, h] when there are shared experts."""
     h = x.shape[-1]
     t = x.reshape(-1, h)
     _, chosen, weights = route(t, params["router"], top_k, score, norm_topk)
-    keep = kept(chosen, weights, experts, capacity, drop)
+    keep = kept(chosen, weights, experts, capacity, drop, groups)
     out = np.zeros_like(t)
     for i in range(t.shape[0]):
         for j in range(top_k):
@@ -141,6 +145,7 @@ def reference(op):
         a.get("norm_topk", True),
         a.get("capacity"),
         a.get("drop", "probs"),
+        op.ctx.mesh_sizes["dp"],
     )
     aux_coeff, z_coeff = a.get("aux_loss", 0.0), a.get("z_loss", 0.0)
     if not aux_coeff and not z_coeff:
