@@ -74,15 +74,17 @@ def test_moe_activation_rows_per_device():
 
 
 def test_capacity_pads_every_expert_and_imbalance_scales_the_dropless_copies():
-    """capacity 0.5: each of 4 experts gets ceil(128 x 2 / 4 x 0.5) = 32 slots, 128
-    rows in all, 32 per device (half the dropless 64); imbalance 1.5 dropless:
-    ceil(256 x 1.5) = 384 rows, 96 per device."""
+    """capacity 0.5: in each of the dp 4 groups of 32 tokens each of 4 experts gets
+    ceil(32 x 2 / 4 x 0.5) = 8 slots, 4 x 4 x 8 = 128 rows in all, 32 per device (half
+    the dropless 64), and the dispatch and combine tensors [32 rows, 32 group tokens]
+    per device; imbalance 1.5 dropless: ceil(256 x 1.5) = 384 rows, 96 per device."""
     per_row = 4 * (2 * 256 + 3 * 128)  # permuted + expert_out, gate + up + act
     fixed = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 3 * 32 * 128)
-    for args, rows in (("capacity = 0.5, ", 32), ("imbalance = 1.5, ", 96)):
+    dispatch = 2 * 4 * 32 * 32
+    for args, rows, extra in (("capacity = 0.5, ", 32, dispatch), ("imbalance = 1.5, ", 96, 0)):
         result = analysed(args)
         got = sum(saved_bytes(s, sizes(result)) for s in moe_facts(result).saves)
-        assert got == fixed + rows * per_row, args
+        assert got == fixed + rows * per_row + extra, args
 
 
 def test_all_to_all_time_by_hand():

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
-from msgen.estimate.flops import step_flops
+from msgen.estimate.flops import op_work, step_flops
 from tests.reference_numpy import WithAux
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
@@ -310,3 +311,16 @@ def test_a_split_router_is_msl210():
     text = SPEC.read_text().replace("aux_loss = 0.01)", "aux_loss = 0.01) router @ [1, tp]")
     (error,) = errors_of(text)
     assert error[0] == "MSL210" and "`router` of moe `ffn2` cannot be split" in error[1]
+
+
+def test_capacity_kernel_flops_count_every_groups_padded_slots_and_the_dispatch():
+    """capacity 0.45 on tiny_moe (dp 4: 4 groups of 32 of the 128 tokens, h 64, 4
+    experts, top 2, F = S = 32): each expert's slots per group ceil(32 x 2 / 4 x 0.45)
+    = ceil(7.2) = 8, 4 x 4 x 8 = 128 rows; kernels: router 2 n h E, experts
+    3 x 2 x 128 h F, dispatch and combine 2 x 2 x 128 x 32 h, shared 3 x 2 n h S."""
+    text = SPEC.read_text().replace("aux_loss = 0.01", "capacity = 0.45, aux_loss = 0.01")
+    result = analyze_text(text, "moe.msl", SPEC.parent)
+    of = result.facts.graphs["decoder"].ops["ffn2"]
+    n, h, e, f, s, rows = 128, 64, 4, 32, 32, 128
+    want = 2 * n * h * e + 3 * 2 * rows * h * f + 2 * 2 * rows * 32 * h + 3 * 2 * n * h * s
+    assert op_work(of, context(result.spec)).kernel_flops == want

@@ -56,16 +56,29 @@ def tokens(node, x_shape) -> int:
     return prod(x_shape[:-1])
 
 
-def expert_rows(node, n_tokens: int) -> int:
+def groups(ctx) -> int:
+    """GShard's groups of a capacity: one per data-parallel rank (dp = ep x dp / ep),
+    each filling its experts' slots from its own tokens, as Megatron-LM's ranks do."""
+    return ctx.mesh_sizes.get("dp", 1)
+
+
+def slots(node, group_tokens: int) -> int:
+    """Each expert's slots in a group: ceil(group tokens * top_k / experts * factor)
+    (Megatron-LM's `get_capacity`), never more than the group's tokens (a token
+    chooses an expert once); the generated cell computes the same
+    (templates/ops/moe.py.j2 `MoE.slots`)."""
+    e, k = node.args["experts"], node.args["top_k"]
+    return min(group_tokens, ceil(group_tokens * k / e * node.args["capacity"]))
+
+
+def expert_rows(node, n_tokens: int, ctx) -> int:
     """Rows the experts compute over, all experts together: the token copies
     (tokens * top_k, dropless) or, with a capacity factor, every expert padded to its
-    capacity ceil(tokens * top_k / experts * factor) (Megatron's `pad_to_capacity`,
-    the static shape graph mode compiles)."""
-    e, k = node.args["experts"], node.args["top_k"]
-    factor = node.args.get("capacity")
-    if factor is None:
-        return n_tokens * k
-    return e * ceil(n_tokens * k / e * factor)
+    slots in every group (the static shape graph mode compiles)."""
+    if node.args.get("capacity") is None:
+        return n_tokens * node.args["top_k"]
+    g = groups(ctx)
+    return g * node.args["experts"] * slots(node, n_tokens // g)
 
 
 def imbalance(node) -> float:
@@ -225,7 +238,7 @@ class Moe(OpDef):
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
-        rows = expert_rows(node, tokens(node, x.shape))
+        rows = expert_rows(node, tokens(node, x.shape), ctx)
         if node.args.get("capacity") is None:
             rows = ceil(rows * imbalance(node))
         moved = rows * x.shape[-1]
@@ -254,14 +267,17 @@ class Moe(OpDef):
         the permuted token copies [rows, hidden] (the experts' matmul input), each
         gated half and the activation [rows, ffn], and the experts' outputs
         [rows, hidden] (the un-permute buffer: the weights' gradient reads it);
-        rows are `expert_rows` times the load imbalance when dropless. The shared
+        rows are `expert_rows` times the load imbalance when dropless. With a
+        capacity, the dispatch tensor and the combine tensor (dispatch times the
+        router weights) [rows, group tokens] in the compute dtype: the backward of the
+        batched matmuls that gather and scatter the slots reads them. The shared
         experts save their gated halves and activation [tokens, shared_ffn]."""
         (x,) = inputs
         name, item = node.name, ctx.dtype_bytes
         lead = x.split[:-1]
         n, h = tokens(node, x.shape), x.shape[-1]
         e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
-        rows = expert_rows(node, n)
+        rows = expert_rows(node, n, ctx)
         if node.args.get("capacity") is None:
             rows = ceil(rows * imbalance(node))
         row_split = (tuple(a for dim in lead for a in dim), ())
@@ -281,6 +297,10 @@ class Moe(OpDef):
         if len(experts) == 3:
             saved.append(Saved(f"{name}.act", (rows, f), ffn_split, item, "internal"))
         saved.append(Saved(f"{name}.expert_out", (rows, h), row_split, item, "internal"))
+        if node.args.get("capacity") is not None:
+            group = n // groups(ctx)
+            for m in ("dispatch", "combine"):
+                saved.append(Saved(f"{name}.{m}", (rows, group), row_split, item, "internal"))
         s = self.arg(node, "shared_ffn")
         for m in shared[:-1]:
             saved.append(Saved(f"{name}.{m}", (n, s), (tok_split[0], ffn_axes), item, "internal"))
@@ -293,8 +313,10 @@ class Moe(OpDef):
     def work(self, node, inputs, output, ctx):
         """Model FLOPs: the router (2 * tokens * hidden * experts) and the active
         experts only, each matrix 2 * tokens * top_k * hidden * ffn, plus the shared
-        experts over every token. The kernels compute the capacity-padded rows, or
-        the busiest expert rank's rows (times the load imbalance) when dropless.
+        experts over every token. The kernels compute the capacity-padded rows and
+        the dispatch and combine matmuls (2 * slots * group tokens * hidden each, per
+        group), or the busiest expert rank's rows (times the load imbalance) when
+        dropless.
         Memory-bound: the router's softmax, the permute and un-permute copies, the
         activation and the weighted combine."""
         (x,) = inputs
@@ -305,10 +327,13 @@ class Moe(OpDef):
         router = 2 * n * h * e
         active = len(experts) * 2 * n * k * h * f
         shared_flops = len(shared) * 2 * n * h * s
-        rows = expert_rows(node, n)
+        rows = expert_rows(node, n, ctx)
         if node.args.get("capacity") is None:
             rows = rows * imbalance(node)
         kernel = router + int(len(experts) * 2 * rows * h * f) + shared_flops
+        if node.args.get("capacity") is not None:
+            # dispatch and combine: per group [slots, group tokens] x [group tokens, h]
+            kernel += 2 * 2 * rows * (n // groups(ctx)) * h
         item = ctx.dtype_bytes
         memory = (
             tensor_bytes(inputs[0])
