@@ -72,3 +72,57 @@ def test_the_experts_compute_their_slots_only(moe_cell, groups, monkeypatch):
     monkeypatch.setattr(cell, "run", recorded)
     cell(ms.Tensor(x))
     assert rows == [(4, groups * ceil(128 // groups * 2 / 4 * FACTOR), 64)]
+
+
+def test_the_capacity_paths_strategies_fit_their_inputs(tmp_path, monkeypatch):
+    """With ep = 2 inside dp = 4 (tp = 2): every strategy of the dispatch, the experts
+    and the combine divides the dims it splits over the stage's 8 devices, and each op
+    with a strategy runs (tests/test_api_check.py's checks)."""
+    from tests.test_api_check import (
+        instantiate,
+        stage_devices,
+        strategy_problems,
+        trace,
+        unexercised,
+    )
+
+    name = "tiny_moe_capacity_ep2"
+    text = emit_fixtures.SPECS["tiny_moe"].read_text()
+    text = text.replace("aux_loss = 0.01", f"capacity = {FACTOR}, aux_loss = 0.01")
+    text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    (tmp_path / f"{name}.msl").write_text(text)
+    monkeypatch.setitem(emit_fixtures.SPECS, name, tmp_path / f"{name}.msl")
+    network = instantiate(name, lazy=False)
+    calls = trace(network, name, shape_only=False)
+    assert strategy_problems(calls, stage_devices(name)) == []
+    assert unexercised(network, calls) == set()
+    ran = {c.path.rsplit(".", 1)[-1] for c in calls if ".ffn2." in c.path}
+    assert {"gather", "inner", "outer", "scatter"} <= ran
+
+
+@pytest.mark.slow
+def test_a_capacity_rehearsal_with_ep_trains_as_standalone(tmp_path):
+    """`train.py --rehearse` on tiny_moe with capacity 0.45 (its 4 groups of 32 tokens,
+    8 slots per expert each: copies are dropped) and ep = 2: the dispatch and combine
+    matmuls and the experts' matmuls over ep compile as a rank builds them under
+    semi-auto parallel and train step by step as `--standalone` does
+    (tests/test_rehearsal.py's oracle), and the loss falls."""
+    from tests.emit_fixtures import compile_spec
+    from tests.test_rehearsal import STEPS as REHEARSED
+    from tests.test_rehearsal import (
+        assert_rehearsal_is_standalone,
+        losses,
+        rehearse_and_standalone,
+    )
+
+    text = emit_fixtures.SPECS["tiny_moe"].read_text()
+    text = text.replace("aux_loss = 0.01", f"capacity = {FACTOR}, aux_loss = 0.01")
+    text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    every = f"    seed         = 1234\n    checkpoint = every 1 keep {REHEARSED}"
+    text = text.replace("    seed         = 1234", every)
+    (tmp_path / "tiny_moe.msl").write_text(text)
+    folder = compile_spec(tmp_path / "tiny_moe.msl", tmp_path / "out")
+    rehearse_and_standalone(folder)
+    assert_rehearsal_is_standalone(folder)
+    alone = losses(folder, "standalone")
+    assert alone[-1] < alone[0], alone
