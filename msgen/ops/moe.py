@@ -15,6 +15,13 @@ expert-parallel rank holds experts / ep of them) and over `tp` on their ffn dim
 (expert tensor parallelism = tp, Megatron's default); tokens go to and come back
 from their experts' ranks by an AllToAll over `ep` (dispatch and combine, forward
 and backward).
+
+With a capacity the cell dispatches GShard's way (Lepikhin et al. 2020): per
+data-parallel group, a 0/1 dispatch tensor gathers each expert's slots and the
+dispatch tensor times the router weights combines them, both by BatchMatMul
+(`transpose_a` for the combine), the queue positions by CumSum and the most probable
+copies by TopK, as MindSpore 2.10 defines them (ops/auto_generate/gen_ops_prim.py,
+ops/operations/array_ops.py `TopK`); all run on the CPU.
 """
 
 from __future__ import annotations
