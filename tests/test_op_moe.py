@@ -313,14 +313,22 @@ def test_a_split_router_is_msl210():
     assert error[0] == "MSL210" and "`router` of moe `ffn2` cannot be split" in error[1]
 
 
-def test_capacity_kernel_flops_count_every_groups_padded_slots_and_the_dispatch():
+def test_capacity_work_counts_every_groups_padded_slots_and_the_dispatch():
     """capacity 0.45 on tiny_moe (dp 4: 4 groups of 32 of the 128 tokens, h 64, 4
     experts, top 2, F = S = 32): each expert's slots per group ceil(32 x 2 / 4 x 0.45)
     = ceil(7.2) = 8, 4 x 4 x 8 = 128 rows; kernels: router 2 n h E, experts
-    3 x 2 x 128 h F, dispatch and combine 2 x 2 x 128 x 32 h, shared 3 x 2 n h S."""
+    3 x 2 x 128 h F, dispatch and combine 2 x 2 x 128 x 32 h, shared 3 x 2 n h S;
+    the memory-bound bytes over the 128 slots' rows, not the 256 routed copies."""
     text = SPEC.read_text().replace("aux_loss = 0.01", "capacity = 0.45, aux_loss = 0.01")
     result = analyze_text(text, "moe.msl", SPEC.parent)
     of = result.facts.graphs["decoder"].ops["ffn2"]
     n, h, e, f, s, rows = 128, 64, 4, 32, 32, 128
     want = 2 * n * h * e + 3 * 2 * rows * h * f + 2 * 2 * rows * 32 * h + 3 * 2 * n * h * s
-    assert op_work(of, context(result.spec)).kernel_flops == want
+    work = op_work(of, context(result.spec))
+    assert work.kernel_flops == want
+    # memory-bound fp32 bytes: x and y, the router's probabilities written and read,
+    # the 128 slots' rows of h read and written twice, the activation over them, and
+    # the shared expert's
+    rows_bytes = 4 * rows * h + 3 * rows * f
+    want = 4 * (2 * n * h + 2 * n * e + rows_bytes + 2 * n * s)
+    assert work.memory_bytes == want

@@ -325,7 +325,8 @@ class Moe(OpDef):
         group), or the busiest expert rank's rows (times the load imbalance) when
         dropless.
         Memory-bound: the router's softmax, the permute and un-permute copies, the
-        activation and the weighted combine."""
+        activation and the weighted combine, over the routed copies dropless and the
+        padded slots with a capacity."""
         (x,) = inputs
         n, h = tokens(node, x.shape), x.shape[-1]
         e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
@@ -342,12 +343,13 @@ class Moe(OpDef):
             # dispatch and combine: per group [slots, group tokens] x [group tokens, h]
             kernel += 2 * 2 * rows * (n // groups(ctx)) * h
         item = ctx.dtype_bytes
+        copies = expert_rows(node, n, ctx)  # the routed copies, or the padded slots
         memory = (
             tensor_bytes(inputs[0])
             + tensor_bytes(output)
             + 2 * n * e * FP32  # router probabilities written, read by top-k
-            + 4 * n * k * h * item  # permute and un-permute: each reads and writes the copies
-            + 3 * n * k * f * item  # the activation: two halves read, one written
+            + 4 * copies * h * item  # permute and un-permute: each reads and writes them
+            + 3 * copies * f * item  # the activation: two halves read, one written
             + 2 * n * s * item * (len(shared) > 0)
         )
         return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
