@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from msgen.checks.reserved import camel
-from tests.emit_fixtures import ROOT, compiled, load, network_class
+from tests.emit_fixtures import ROOT, SPECS, compile_spec, compiled, load, network_class
 
 COMMITTED = sorted(p.parent.name for p in (ROOT / "generated").glob("*/train.py"))
 TREES = (*COMMITTED, "tiny_mixed", "tiny_interleaved", "tiny_dp")
@@ -40,7 +40,7 @@ def plan_of(folder: Path) -> dict:
 
 def semi_auto(doc: dict) -> bool:
     mesh = doc["mesh"]
-    return mesh["tp"] > 1 or mesh["pp"] > 1 or doc["estimate"]["zero"] > 0
+    return mesh["tp"] > 1 or mesh["pp"] > 1 or mesh.get("ep", 1) > 1 or doc["estimate"]["zero"] > 0
 
 
 def function(module: ast.Module, name: str) -> ast.FunctionDef:
@@ -366,7 +366,7 @@ def rule_lazy_inline_on_ascend(folder: Path) -> list[str]:
 
 
 def rule_parallel_mode_follows_the_mesh(folder: Path) -> list[str]:
-    """tp = pp = 1 and zero = 0: MindSpore's data-parallel mode (what its CPU build runs
+    """tp = pp = ep = 1 and zero = 0: MindSpore's data-parallel mode (what its CPU build runs
     under msrun) with a DistributedGradReducer averaging the gradients
     (nn/wrap/grad_reducer.py); anything else: AutoParallel semi_auto."""
     module = ast.parse((folder / "train.py").read_text())
@@ -478,6 +478,17 @@ def test_the_rule_catches_a_broken_tree(rule, tmp_path):
 def test_the_audit_sees_both_parallel_modes():
     modes = {semi_auto(plan_of(tree(name))) for name in TREES}
     assert modes == {True, False}
+
+
+def test_an_expert_parallel_mesh_runs_semi_auto(tmp_path):
+    """ep = 2 with tp = pp = 1 and zero = 0 splits the experts, which only semi-auto
+    parallel's strategies do: data-parallel mode would keep every expert on every rank
+    (the estimate dividing them by ep all the same), and no rank would write a
+    strategy file for `msgen ckpt` to read."""
+    folder = compile_spec(SPECS["tiny_moe_dp"], tmp_path, "--set", "mesh.ep=2")
+    assert semi_auto(plan_of(folder))
+    assert rule_parallel_mode_follows_the_mesh(folder) == []
+    assert (folder / "strategy" / "stage_0.json").is_file()
 
 
 # Strategies MindSpore records vs plan.json -------------------------------------------

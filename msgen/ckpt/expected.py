@@ -33,20 +33,13 @@ def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...
     return {**params, **{m + n: s for m in MOMENTS for n, s in params.items()}}
 
 
-def semi_auto(result) -> bool:
-    """Whether the spec's mesh runs in semi-auto parallel, slicing the parameters
-    (anything but a data-parallel mesh: DESIGN.md, Parallel mode)."""
-    spec = result.spec
-    return spec.mesh.tp > 1 or spec.mesh.pp > 1 or spec.train.zero > 0
-
-
 def expected_strategies(result, spec_path: Path) -> dict[str, str]:
     """`stage_<s>.json` -> the strategy file `msgen compile` writes for that pipeline
     stage; empty for a data-parallel mesh (no rank writes one)."""
     from msgen.analysis.plan import build_plan
     from msgen.emit import emit
 
-    if not semi_auto(result):
+    if not result.spec.semi_auto:
         return {}
     files = emit(build_plan(result.spec, result.facts), spec_path.as_posix())
     return {

@@ -86,8 +86,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
             estimate_report(estimate(plan)).model_dump(mode="json", exclude={"time"}),
         ),
     }
-    mesh = spec.mesh
-    if mesh.tp > 1 or mesh.pp > 1 or spec.train.zero > 0:  # semi-auto: ranks write one
+    if spec.semi_auto:  # each rank writes one
         files.update(strategy_files(json.loads(files["plan.json"])))
     if cluster.device_ips is not None:
         files["hccl.json"] = rank_table_json(launch)

@@ -231,6 +231,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         layers=tuple(layers),
         network=network,
         train=train_spec(plan),
+        semi_auto=spec.semi_auto,
         chunks=plan.chunks,
         fusion=fusion,
         layer_fusion=layer_fusion,

@@ -135,6 +135,7 @@ class ModelContext:
     layers: tuple[LayerSpec, ...]
     network: NetworkSpec
     train: TrainSpec
+    semi_auto: bool  # Spec.semi_auto
     chunks: int = 1  # interleaved: model chunks (pipeline segments) per stage
     # the device memory budget as MindSpore's set_memory(max_size=...) takes it ("58GB");
     # the default is its own (all the device has)
@@ -181,9 +182,10 @@ class ModelContext:
 
     @property
     def data_parallel(self) -> bool:
-        """Only the batch is split (tp = pp = 1, zero = 0): MindSpore's data-parallel
-        mode, which its CPU build also runs under msrun; anything else is semi-auto."""
-        return self.tp == 1 and self.pp == 1 and self.train.zero == 0
+        """Only the batch is split (tp = pp = ep = 1, zero = 0): MindSpore's
+        data-parallel mode, which its CPU build also runs under msrun; anything else is
+        semi-auto."""
+        return not self.semi_auto
 
     def layer(self, name: str) -> LayerSpec:
         return next(layer for layer in self.layers if layer.name == name)

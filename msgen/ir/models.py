@@ -198,6 +198,14 @@ class Spec(BaseModel):
     block_spans: dict[str, Span] = Field(default_factory=dict)
 
     @property
+    def semi_auto(self) -> bool:
+        """The ranks run MindSpore's semi-auto parallel, slicing what the mesh splits:
+        any mesh but one that only splits the batch (tp = pp = ep = 1, zero = 0), which
+        runs in data-parallel mode with every rank holding the whole model."""
+        mesh = self.mesh
+        return mesh.tp > 1 or mesh.pp > 1 or mesh.ep > 1 or self.train.zero > 0
+
+    @property
     def loss_scale(self) -> str:
         """`train.loss_scale` as written, else its default: dynamic for fp16, none otherwise."""
         if self.train.loss_scale:
