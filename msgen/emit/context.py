@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from msgen.checks.reserved import camel
+from msgen.ops import OPS
 from msgen.ops.base import Strategy
 
 # (first copy, end copy, fusion id): copies first .. end - 1 of a layer parameter
@@ -169,10 +170,10 @@ class ModelContext:
 
     @property
     def aux_losses(self) -> bool:
-        """Some op adds an auxiliary loss (moe's `aux_loss` or `z_loss` above 0): the
-        network's loss includes it, and train.py logs it (log.csv's aux_loss)."""
-        return any((op.setting("aux_loss") or 0) + (op.setting("z_loss") or 0) > 0
-                   for op in self.ops())  # fmt: skip
+        """Some op adds an auxiliary loss (its `Snippet.aux`: moe's `aux_loss` or
+        `z_loss` above 0): the network's loss includes it, and train.py logs it
+        (log.csv's aux_loss)."""
+        return any(OPS[op.kind].code(op, self).aux for op in self.ops())
 
     @property
     def lazy_inline(self) -> bool:

@@ -32,7 +32,9 @@ class CellCode:
 
 def _op_lines(
     op: OpSpec, ctx: ModelContext, network: bool, taken: frozenset[str] = frozenset()
-) -> tuple[list[str], list[str], set[str]]:
+) -> tuple[list[str], list[str], set[str], bool]:
+    """Its `__init__` and `construct` lines, its helper cells, and whether it adds an
+    auxiliary loss (`Snippet.aux`)."""
     snip = OPS[op.kind].code(op, ctx)
     helpers = {snip.helper} if snip.helper else set()
     make = snip.make
@@ -60,8 +62,8 @@ def _op_lines(
         while local in taken:  # never the name of another op of the cell
             local += "_"
         added = f"aux = self.add_aux(aux, {local})"
-        return init, [f"{op.name}, {local} = {snip.call}", added], helpers
-    return init, [f"{op.name} = {snip.call}"], helpers
+        return init, [f"{op.name}, {local} = {snip.call}", added], helpers, True
+    return init, [f"{op.name} = {snip.call}"], helpers, False
 
 
 def _repeat_lines(op: OpSpec, ctx: ModelContext) -> tuple[list[str], list[str], bool]:
@@ -109,8 +111,8 @@ def _cell_code(ops: tuple[OpSpec, ...], ctx: ModelContext, network: bool) -> Cel
             threads_aux = threads_aux or op_aux
         else:
             taken = frozenset(other.name for other in ops)
-            op_init, op_construct, op_helpers = _op_lines(op, ctx, network, taken)
-            adds_aux = adds_aux or len(op_construct) > 1
+            op_init, op_construct, op_helpers, op_aux = _op_lines(op, ctx, network, taken)
+            adds_aux = adds_aux or op_aux
             helpers |= op_helpers
         init.extend(op_init)
         construct.extend(op_construct)
