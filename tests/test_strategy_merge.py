@@ -26,6 +26,11 @@ from tests.emit_fixtures import SPECS, compile_spec, every_param
 def cut(
     array: np.ndarray, split: list[str], layout: dict, coords: dict[str, int], mesh: dict
 ) -> np.ndarray:
+    """A rank's slice, cut by plan.json's split and train.py's rank layout on purpose,
+    not by msgen.ckpt.slices: slices.py reads the strategy file under test, and slices
+    cut from a wrong tensor_map (tp and dp swapped in msgen/emit/strategy.py) merge
+    back whole through that same file, so this test could not fail. slices.py is held
+    against MindSpore's own cut in tests/test_ckpt_hf_ranks.py."""
     for dim, axis in enumerate(split):
         if axis != "1":
             array = np.split(array, mesh[axis], axis=dim)[coords[axis]]
