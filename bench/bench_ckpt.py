@@ -18,7 +18,8 @@ processes, the kinds interleaved (sliced, whole, sliced, ...):
 Memory is the peak resident set above the process's own after its imports (the child
 imports MindSpore and msgen, then resets the kernel's high-water mark through
 /proc/self/clear_refs and reads VmHWM at the end). Prints the median and spread
-(min..max) of each kind and the sliced run's ratio to its target (at most TARGET).
+(min..max) of each kind and the sliced run's ratio to its target (at most TARGET), and
+each kind's wall time.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ MESH = ("--set", "mesh.dp=1", "--set", "mesh.tp=2", "--set", "mesh.pp=2")
 
 CHILD = r"""
 import sys
+import time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 import mindspore  # noqa: F401  (from-hf imports it; kept out of the numbers)
@@ -52,9 +54,10 @@ def status(key):
 
 base = status("VmRSS")
 Path("/proc/self/clear_refs").write_text("5")  # the high-water mark restarts here
+start = time.perf_counter()
 code = main({args!r})
 assert code == 0, code
-print(status("VmHWM") - base)
+print(status("VmHWM") - base, time.perf_counter() - start)
 """
 
 
@@ -126,16 +129,18 @@ def targets(spec: Path, work: Path, mesh: tuple[str, ...]) -> tuple[int, int, in
     return max(ranks), max(largest, 2 * qkv), sum(4 * int(np.prod(s)) for s in params.values())
 
 
-def run(args: list[str]) -> int:
+def run(args: list[str]) -> tuple[int, float]:
+    """(peak bytes above the imports, seconds) of one command in a fresh process."""
     code = CHILD.format(repo=str(REPO), args=args)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"msgen {' '.join(args)} failed:\n{done.stderr[-2000:]}")
-    return int(done.stdout.strip().splitlines()[-1])
+    peak, seconds = done.stdout.strip().splitlines()[-1].split()
+    return int(peak), float(seconds)
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):8.1f} MiB ({min(values):.1f}..{max(values):.1f})"
+def spread(values: list[float], unit: str) -> str:
+    return f"{statistics.median(values):8.1f} {unit} ({min(values):.1f}..{max(values):.1f})"
 
 
 def main() -> None:
@@ -160,15 +165,18 @@ def main() -> None:
             "fixed": ["ckpt", "from-hf", str(small), str(work / "small"), "-o", "OUT", *MESH],
         }
         peaks: dict[str, list[float]] = {k: [] for k in kinds}
+        seconds: dict[str, list[float]] = {k: [] for k in kinds}
         for i in range(options.n):
             for kind, argv in kinds.items():
-                out = str(work / f"{kind}{i}")
-                peaks[kind].append(run([out if a == "OUT" else a for a in argv]) / 2**20)
+                peak, took = run([str(work / f"{kind}{i}") if a == "OUT" else a for a in argv])
+                peaks[kind].append(peak / 2**20)
+                seconds[kind].append(took)
         mib = 2**20
         print(f"model {whole / mib:.1f} MiB fp32; largest rank's slices {rank / mib:.1f} MiB; "
               f"largest tensor converted {tensor / mib:.1f} MiB")  # fmt: skip
         for kind, values in peaks.items():
-            print(f"{kind:7s} peak above imports {spread(values)}")
+            print(f"{kind:7s} peak above imports {spread(values, 'MiB')}, "
+                  f"time {spread(seconds[kind], 's')}")  # fmt: skip
         fixed = statistics.median(peaks["fixed"]) * mib
         ratio = (statistics.median(peaks["sliced"]) * mib - fixed) / (rank + tensor)
         verdict = "within" if ratio <= TARGET else "ABOVE"

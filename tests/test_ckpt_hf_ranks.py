@@ -99,6 +99,29 @@ def test_a_ranks_slice_is_the_one_mindspore_cuts_for_it(tmp_path):
             assert np.array_equal(ours[name].asnumpy(), value.asnumpy()), (rank, name)
 
 
+def test_from_hf_reads_each_tensor_once_per_stage(tmp_path, monkeypatch):
+    """tp 2 x pp 2: the tp ranks of a stage share every read, and no stage reads
+    another's layers (untied llama: each source tensor lives on one stage), so every
+    tensor of the safetensors file is read exactly once."""
+    from msgen.hf import ckpt as hf_ckpt
+
+    hf_model("llama", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
+                 "--devices", 4, "--per-node", 4)[0] == 0  # fmt: skip
+    reads = []
+
+    def counted(path, name, header=None):
+        reads.append(name)
+        return read_tensor(path, name, header)
+
+    monkeypatch.setattr(hf_ckpt, "read_tensor", counted)
+    sets = [a for s in SLICED_MESHES["tp2_pp2"] for a in ("--set", s)]
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)
+    assert code == 0, err
+    assert sorted(reads) == sorted(read_header(tmp_path / "hf" / "model.safetensors")[0])
+
+
 @pytest.mark.slow
 def test_init_from_per_rank_slices_standalone_asks_for_the_merge(tmp_path):
     """A stand-alone run holds whole weights: given the per-rank slices from-hf wrote

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,27 +161,27 @@ def _save(params: list[dict], path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _rank_slices(tensors, needed: set, stage, local: int, dtype) -> list[dict]:
-    """One rank's slices of the converted tensors, as save_checkpoint takes them
-    (from_numpy shares the slice's memory; a cast makes the one copy of another dtype)."""
+def _ckpt_bytes(name: str, array: np.ndarray, dtype, scratch: Path) -> bytes:
+    """One tensor as MindSpore's save_checkpoint writes it: a .ckpt is a run of
+    serialized one-value `Checkpoint` messages (train/serialization.py, _exec_save and
+    _write_parameter_data), so files of one tensor each, joined, are one checkpoint.
+    (from_numpy shares the array's memory; a cast makes the one copy of another dtype.)"""
     import mindspore as ms
 
-    out = []
-    for name, array in tensors:
-        if name in needed:
-            tensor = ms.Tensor.from_numpy(
-                np.ascontiguousarray(slice_of(array, stage.layouts[name], local))
-            )
-            out.append(
-                {"name": name, "data": tensor if tensor.dtype == dtype else tensor.astype(dtype)}
-            )
-    return out
+    tensor = ms.Tensor.from_numpy(np.ascontiguousarray(array))
+    data = tensor if tensor.dtype == dtype else tensor.astype(dtype)
+    try:
+        ms.save_checkpoint([{"name": name, "data": data}], str(scratch))
+        return scratch.read_bytes()
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
-    beside them (so the folder merges as a run does). Rank by rank, each reading only
-    the tensors its stage holds: host memory is one rank's slices and one tensor."""
+    beside them (so the folder merges as a run does). Stage by stage, each tensor the
+    stage holds is read once and its slice for every rank of the stage appended to that
+    rank's staged file: host memory is one tensor and its slices."""
 
     prefixes = {n: msgen_prefix(model, n) for n in hf_names(model)}
     rank = 0
@@ -190,14 +192,27 @@ def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> in
         def get(name: str, read=read) -> np.ndarray:  # another stage's: its shape, unread
             return load(name) if name in read else zeros(name)
 
-        for local in range(stage.devices):
-            folder = output / f"rank_{rank}"
+        folders = [output / f"rank_{rank + local}" for local in range(stage.devices)]
+        for folder in folders:
             folder.mkdir(exist_ok=True)
             _write_bytes(folder / STRATEGY_FILE, [stage.text.encode()])
-            _save(
-                _rank_slices(to_msgen(model, get), needed, stage, local, param), folder / INIT_FILE
-            )
-            rank += 1
+        staged = [folder / f".{INIT_FILE}.msgen-new" for folder in folders]
+        scratch = output / ".slice.msgen-new.ckpt"  # save_checkpoint appends .ckpt otherwise
+        try:
+            with ExitStack() as files:
+                outs = [files.enter_context(open(path, "wb")) for path in staged]
+                for name, array in to_msgen(model, get):
+                    if name in needed:
+                        for local, out in enumerate(outs):
+                            cut = slice_of(array, stage.layouts[name], local)
+                            out.write(_ckpt_bytes(name, cut, param, scratch))
+            for path, folder in zip(staged, folders):
+                os.chmod(path, stat.S_IRUSR)  # as save_checkpoint leaves its files
+                os.replace(path, folder / INIT_FILE)
+        finally:
+            for path in staged:
+                path.unlink(missing_ok=True)
+        rank += stage.devices
     return rank
 
 
