@@ -7,21 +7,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
 from msgen.estimate.memory import estimate, param_states, precision, saved_bytes
-from msgen.estimate.time import Machine, group_bytes
+from msgen.estimate.time import Machine, group_bytes, step_time
 from msgen.ir.devices import DEVICES
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
 
 
-def analysed(moe_args: str = "", ep: int = 2, zero: int = 1):
+def analysed(moe_args: str = "", ep: int = 2, zero: int = 1, recompute: str = "none"):
     text = SPEC.read_text()
     text = text.replace("hidden   = 64", "hidden   = 256").replace("ffn      = 32", "ffn = 256")
     text = text.replace("aux_loss = 0.01", moe_args + "aux_loss = 0.01")
     text = text.replace("    tp = 2\n}", f"    tp = 2\n    ep = {ep}\n}}")
     text = text.replace("    seed         = 1234", f"    seed         = 1234\n    zero = {zero}")
+    text = text.replace("train {", f"recompute {{\n    decoder = {recompute}\n}}\n\ntrain {{")
     result = analyze_text(text, "moe.msl", SPEC.parent)
     assert result.ok, [d.message for d in result.diagnostics if d.is_error]
     return result
@@ -62,15 +65,44 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
     assert states.optimizer == 8 * (1024 + 3 * 32768 + 3 * 8192)
 
 
-def test_moe_activation_rows_per_device():
-    """Per device and micro-batch, fp32 (4 bytes), 32 tokens, 64 token copies:
-    x 32 x 256; router probs 32 x 4; top-k weights and int32 indices 32 x 2 each;
-    permuted copies and expert outputs 64 x 256 each; gate, up, act 64 x (256 / tp);
-    the shared expert's gate, up, act 32 x (256 / tp)."""
+# What the moe op keeps for backward, per device and micro-batch, in bytes, by hand:
+# fp32 (4 bytes); the device's 32 tokens (128 over dp 4) and their 64 routed copies
+# (top_k 2; with ep 2 a device's experts receive the copies of its ep group, 2 x 64,
+# for 2 of the 4 experts: 64 again); hidden 256; ffn and shared_ffn 256 over tp 2.
+ACTIVATION_ROWS = {
+    # the input, read by the router's and the shared experts' weight gradients
+    "n2": 4 * 32 * 256,
+    # the router's fp32 probabilities [tokens, experts]: softmax's backward reads them
+    "ffn2.probs": 4 * 32 * 4,
+    # the top-k weights (fp32) and expert indices (int32) [tokens, top_k]
+    "ffn2.topk_weights": 4 * 32 * 2,
+    "ffn2.topk_indices": 4 * 32 * 2,
+    # the permute buffer: the token copies the experts' first matmuls read
+    "ffn2.permuted": 4 * 64 * 256,
+    # swiglu's two halves and its product [copies, ffn / tp]: down's input and silu's
+    "ffn2.gate": 4 * 64 * 128,
+    "ffn2.up": 4 * 64 * 128,
+    "ffn2.act": 4 * 64 * 128,
+    # the un-permute buffer: the experts' outputs [copies, hidden] the weighted sum reads
+    "ffn2.expert_out": 4 * 64 * 256,
+    # the shared expert over every token: its halves and product [tokens, shared / tp]
+    "ffn2.shared_gate": 4 * 32 * 128,
+    "ffn2.shared_up": 4 * 32 * 128,
+    "ffn2.shared_act": 4 * 32 * 128,
+}
+
+
+def test_the_moe_op_saves_exactly_the_activation_rows_derived_by_hand():
     result = analysed()
-    got = sum(saved_bytes(s, sizes(result)) for s in moe_facts(result).saves)
-    want = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 2 * 64 * 256 + 3 * 64 * 128 + 3 * 32 * 128)
-    assert got == want
+    assert [s.key for s in moe_facts(result).saves] == list(ACTIVATION_ROWS)
+
+
+@pytest.mark.parametrize("key", sorted(ACTIVATION_ROWS))
+def test_each_moe_activation_row_per_device_by_hand(key):
+    """One row of ACTIVATION_ROWS (its derivation beside it there)."""
+    result = analysed()
+    (saved,) = [s for s in moe_facts(result).saves if s.key == key]
+    assert saved_bytes(saved, sizes(result)) == ACTIVATION_ROWS[key]
 
 
 def test_capacity_pads_every_expert_and_imbalance_scales_the_dropless_copies():
@@ -111,3 +143,26 @@ def test_ep_adds_its_communicator_buffers_and_no_devices():
     one = estimate(Plan(without.spec, without.facts))
     assert est.devices == one.devices == 8
     assert est.stages[0].hccl_bytes - one.stages[0].hccl_bytes == 2 * 200 * 2**20
+
+
+@pytest.mark.parametrize("recompute, exchanges", [("none", 4), ("full", 6)])
+def test_the_step_pays_every_all_to_all_of_every_moe_layer_and_micro_batch(recompute, exchanges):
+    """The step's tensor-parallel communication (hidden and not: the column the
+    all-to-all counts in), ep 2 against ep 1 on the same spec: only the moe op's
+    all-to-alls differ (its tp all-reduces and every other op's do not depend on ep;
+    the experts' gradient reduction over dp / ep is dp communication). Per moe layer
+    and micro-batch: dispatch and combine forward, and their two backward; a recomputed
+    layer reruns its forward's two. Each by hand as in test_all_to_all_time_by_hand:
+    each of the 2 ranks sends half of its 65,536 bytes to the other over one intra-server
+    link, plus one latency step. 2 micro-batches x 2 layers x `exchanges`."""
+    link = DEVICES["ascend910b"].intra
+    one = 0.5 * 65536 / (link.bandwidth * link.efficiency) + link.latency
+
+    def tp_comm(ep: int) -> float:
+        result = analysed(ep=ep, recompute=recompute)
+        plan = Plan(result.spec, result.facts)
+        (stage,) = step_time(plan, estimate(plan)).stages
+        return stage.tp_comm_s + stage.tp_comm_hidden_s
+
+    got = tp_comm(2) - tp_comm(1)
+    assert abs(got - 2 * 2 * exchanges * one) < 1e-12 * got
