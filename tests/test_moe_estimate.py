@@ -5,12 +5,15 @@ sequences of 32 = T 128 tokens per micro-batch, 32 per device; top_k 2, 4 expert
 
 from __future__ import annotations
 
+from math import ceil
 from pathlib import Path
 
 import pytest
 
+from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
+from msgen.estimate.flops import op_work
 from msgen.estimate.memory import estimate, param_states, precision, saved_bytes
 from msgen.estimate.time import Machine, group_bytes, step_time
 from msgen.ir.devices import DEVICES
@@ -39,7 +42,18 @@ def moe_facts(result):
     return result.facts.graphs["decoder"].ops["ffn2"]
 
 
-def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
+# Per device, derived in the docstring below: the router, 3 stacked expert matrices and
+# 3 shared expert matrices.
+EXPERT_STATES = {
+    "params": 1024 + 3 * 65536 + 3 * 32768,
+    "weights": 4 * (1024 + 3 * (65536 + 32768) + 3 * (32768 + 8192)),
+    "grads": 4 * (1024 + 3 * 32768 + 3 * 8192),
+    "optimizer": 8 * (1024 + 3 * 32768 + 3 * 8192),
+}
+
+
+@pytest.mark.parametrize("term", sorted(EXPERT_STATES))
+def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep(term):
     """Per device (Megatron-LM's theoretical memory divides expert parameters by ep,
     and its distributed optimizer shards expert states over the expert data-parallel
     group, dp / ep):
@@ -58,11 +72,7 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
     states = param_states(
         list(moe_facts(result).params), sizes(result), precision(result.spec), zero=1
     )
-    n = 1024 + 3 * 65536 + 3 * 32768
-    assert states.params == n
-    assert states.weights == 4 * (1024 + 3 * (65536 + 32768) + 3 * (32768 + 8192))
-    assert states.grads == 4 * (1024 + 3 * 32768 + 3 * 8192)
-    assert states.optimizer == 8 * (1024 + 3 * 32768 + 3 * 8192)
+    assert getattr(states, term) == EXPERT_STATES[term]
 
 
 # What the moe op keeps for backward, per device and micro-batch, in bytes, by hand:
@@ -166,3 +176,24 @@ def test_the_step_pays_every_all_to_all_of_every_moe_layer_and_micro_batch(recom
 
     got = tp_comm(2) - tp_comm(1)
     assert abs(got - 2 * 2 * exchanges * one) < 1e-12 * got
+
+
+@pytest.mark.parametrize("imbalance", [1.0, 1.5])
+def test_imbalance_scales_the_busiest_ranks_all_to_all_and_expert_kernels(imbalance):
+    """The time model's load-imbalance input, dropless: the busiest expert rank receives
+    `imbalance` times the mean token copies, T k = 128 x 2 = 256. Its all-to-alls move
+    ceil(256 x imbalance) copies of hidden 256 (dispatch and combine alike), and its
+    expert kernels compute over them: router 2 T h E + experts 3 x 2 x (256 x imbalance)
+    x h F + shared expert 3 x 2 T h S, with h = F = S = 256, E = 4. Model FLOPs count
+    the routed copies only, whatever the imbalance."""
+    result = analysed(f"imbalance = {imbalance}, ")
+    of = moe_facts(result)
+    t, h, e, k, f, s = 128, 256, 4, 2, 256, 256
+    copies = t * k * imbalance
+    for what in ("dispatch", "combine"):
+        (c,) = [c for c in of.layout.collectives if c.what == what]
+        assert c.elements == ceil(copies) * h, what
+    work = op_work(of, context(result.spec))
+    shared = 3 * 2 * t * h * s
+    assert work.kernel_flops == 2 * t * h * e + 3 * 2 * copies * h * f + shared
+    assert work.matmul_flops == 2 * t * h * e + 3 * 2 * t * k * h * f + shared
