@@ -10,6 +10,7 @@ import pytest
 
 from msgen.cli import main
 from msgen.codes import CODES
+from msgen.compiler import analyze_text
 from msgen.ir import models
 from msgen.ir.schema import (
     BLOCK_KINDS,
@@ -64,6 +65,21 @@ def test_example_checks_clean(line, spec, tmp_path, capsys, monkeypatch):
     errors = [ln for ln in err.splitlines() if "error[" in ln or "internal error" in ln]
     assert status == 0, f"docs/language.md example at line {line}:\n{err}"
     assert not errors, f"docs/language.md example at line {line}:\n{err}"
+
+
+def test_a_worked_example_splits_the_experts_of_a_moe_op_over_ep(tmp_path):
+    """The mixture-of-experts example: a complete spec with a moe op whose experts the
+    mesh splits over ep > 1 (that it checks clean is test_example_checks_clean's)."""
+    worked = []
+    for line, spec in examples():
+        result = analyze_text(spec, f"example_line{line}.msl", tmp_path)
+        graphs = result.facts.graphs.values() if result.ok else ()
+        experts = [p for g in graphs for of in g.ops.values() if of.node.kind == "moe"
+                   for p in of.params if p.name != "router"]  # fmt: skip
+        if experts and result.spec.mesh.ep > 1:
+            assert all(p.split[0] == ("ep",) for p in experts if len(p.shape) == 3), line
+            worked.append(line)
+    assert worked, "docs/language.md has no complete example of a moe op with ep > 1"
 
 
 def test_every_code_is_documented():
