@@ -222,7 +222,9 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL210": (
         "invalid split",
         "A split entry is not a mesh axis, a product of axes, or `1`, or it splits a dim the "
-        "op needs whole (norm weights).",
+        "op needs whole (norm weights, a moe router), or it names `ep` anywhere but the "
+        "experts' dim (the first) of a moe op's stacked experts: the generated code splits "
+        "only that dim over ep.",
     ),
     "MSL211": (
         "ep does not divide dp",

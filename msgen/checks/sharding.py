@@ -91,6 +91,27 @@ def declared_ok(gf: GraphFacts, spec: Spec) -> list[Diagnostic]:
                 if pname in pshapes:
                     what = f"{node.name}.{pname}"
                     diags += check_sharding(s, len(pshapes[pname]), what, PARAM_AXES)
+                    diags += ep_placed(s, node.kind, node.name, pname)
+    return diags
+
+
+def ep_placed(s: Sharding, kind: str, op: str, pname: str) -> list[Diagnostic]:
+    """ep splits the first dim (the experts') of an op's expert parameters and nothing
+    else: the generated code splits only that dim over ep (msgen/ops/moe.py
+    `strategies`), and another place would make the estimate and the strategy file
+    describe slices the ranks do not hold."""
+    expert = pname in OPS[kind].expert_params
+    diags = []
+    for dim, (axes, span) in enumerate(zip(s.dims, s.entry_spans, strict=True)):
+        if "ep" not in axes or (expert and dim == 0):
+            continue
+        if expert:
+            message = f"is split over `ep` on dim {dim}: ep splits only the experts' dim, the first"
+            hint = f"write `ep` first: `{pname} @ [ep, ...]`"
+        else:
+            message = "cannot be split over `ep`: ep splits only the experts of a moe op"
+            hint = "split it over dp or tp"
+        diags.append(error("MSL210", f"`{pname}` of {kind} `{op}` {message}", span, hint))
     return diags
 
 

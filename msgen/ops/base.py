@@ -206,6 +206,9 @@ class OpDef:
     # Megatron-LM's output layers) when its output reaches a residual join through ops
     # that only scale it: `residual_join`, `scales_only` below.
     output_layer: ClassVar[bool] = False
+    # Its parameters stacked over experts: ep splits their first dim and nothing else
+    # (msgen.checks.sharding), as the generated code splits them.
+    expert_params: ClassVar[frozenset[str]] = frozenset()
 
     def arg(self, node: OpNode, name: str):
         """An argument as written, else its declared default."""

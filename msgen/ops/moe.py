@@ -119,6 +119,7 @@ class Moe(OpDef):
     )
     inits = {p: "normal" for p in params}
     decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
+    expert_params = frozenset(("gate", "up", "down"))
 
     def strategies(self, node, layout, ctx):
         """The experts' batched matmuls: the tokens tiled per expert [experts, tokens,
