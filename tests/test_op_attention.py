@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from msgen.ops.attention import head_dim, kv_heads
 
@@ -125,3 +126,42 @@ def test_qk_norm_gives_each_head_of_q_and_k_unit_rms_before_scoring():
     plain = attention(grouped(q * 5, k * 0.1, v), 2, 1, 8, causal=True, use_rope=True)
     assert np.abs(plain - base).max() > 1e-3
     np.testing.assert_allclose(np.sqrt((head_rmsnorm(q, 1.0) ** 2).mean(-1)), 1, rtol=1e-5)
+
+
+def test_qk_norm_attention_equals_transformers_qwen3_attention():
+    """The reference with q/k norms, rope and grouped kv heads against Qwen3's own
+    attention (transformers' modeling_qwen3.Qwen3Attention: q_norm and k_norm, RMSNorm
+    over head_dim with eps 1e-6, before rope), its output projection the identity, on
+    random weights and non-unit gammas, causal."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen3 import modeling_qwen3
+
+    heads, groups, hd, seq, theta = 4, 2, 8, 6, 10000.0
+    hidden = heads * hd
+    config = transformers.Qwen3Config(
+        hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=groups,
+        head_dim=hd, rope_theta=theta, rms_norm_eps=1e-6, attention_bias=False,
+        max_position_embeddings=seq, attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    module = modeling_qwen3.Qwen3Attention(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.5)
+        module.o_proj.weight.copy_(torch.eye(hidden))
+    x = torch.randn(1, seq, hidden)
+    rotary = modeling_qwen3.Qwen3RotaryEmbedding(config)
+    cos, sin = rotary(x, torch.arange(seq)[None])
+    mask = torch.full((seq, seq), float("-inf")).triu(1)[None, None]
+    with torch.no_grad():
+        want = module(x, (cos, sin), mask)[0].numpy()
+
+    def proj(linear, n):  # [1, seq, n, hd], as Hugging Face views it
+        return (x @ linear.weight.T).detach().numpy().reshape(1, seq, n, hd)
+
+    qkv = grouped(proj(module.q_proj, heads), proj(module.k_proj, groups),
+                  proj(module.v_proj, groups))  # fmt: skip
+    gammas = (module.q_norm.weight.detach().numpy(), module.k_norm.weight.detach().numpy())
+    got = attention(qkv, heads, groups, hd, causal=True, use_rope=True, theta=theta, qk=gammas)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
