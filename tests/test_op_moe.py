@@ -10,6 +10,7 @@ from math import ceil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
@@ -332,3 +333,44 @@ def test_capacity_work_counts_every_groups_padded_slots_and_the_dispatch():
     rows_bytes = 4 * rows * h + 3 * rows * f
     want = 4 * (2 * n * h + 2 * n * e + rows_bytes + 2 * n * s)
     assert work.memory_bytes == want
+
+
+@pytest.mark.parametrize("norm_topk", [True, False])
+def test_the_reference_equals_transformers_qwen3_moe_block(norm_topk):
+    """The reference against Qwen3-MoE's own block (transformers'
+    modeling_qwen3_moe.Qwen3MoeSparseMoeBlock: softmax over all experts in fp32, top k,
+    renormalised with norm_topk_prob, each expert down(silu(gate x) * up x)), its
+    weights laid out as msgen's ([out, in] there, [in, out] stacked here); and Switch's
+    loss against its load_balancing_loss_func, which divides each top-k slot's counts
+    by n where Megatron-LM divides all n k copies' by n k: top_k times the reference's
+    at coefficient 1."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+    h, e, k, f = 16, 4, 2, 8
+    config = transformers.Qwen3MoeConfig(
+        hidden_size=h, moe_intermediate_size=f, num_experts=e, num_experts_per_tok=k,
+        norm_topk_prob=norm_topk, hidden_act="silu",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    block = modeling_qwen3_moe.Qwen3MoeSparseMoeBlock(config).eval()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.normal_(0.0, 0.5)
+    x = torch.randn(2, 5, h)
+    with torch.no_grad():
+        want, logits = block(x)
+
+    def stacked(name):  # experts' [out, in] weights as [E, in, out]
+        return np.stack([getattr(m, name).weight.detach().numpy().T for m in block.experts])
+
+    params = {"router": block.gate.weight.detach().numpy().T.astype(np.float64)}
+    params |= {m: stacked(f"{m}_proj").astype(np.float64) for m in ("gate", "up", "down")}
+    got = moe(x.numpy().astype(np.float64), params, e, k, norm_topk=norm_topk)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+
+    tokens = x.numpy().reshape(-1, h).astype(np.float64)
+    probs, chosen, _ = route(tokens, params["router"], k, norm_topk=False)
+    theirs = modeling_qwen3_moe.load_balancing_loss_func((logits,), e, k)
+    assert abs(k * load_balancing_loss(probs, chosen, e, 1.0) - float(theirs)) < 1e-5
