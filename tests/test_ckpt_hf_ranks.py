@@ -99,27 +99,52 @@ def test_a_ranks_slice_is_the_one_mindspore_cuts_for_it(tmp_path):
             assert np.array_equal(ours[name].asnumpy(), value.asnumpy()), (rank, name)
 
 
-def test_from_hf_reads_each_tensor_once_per_stage(tmp_path, monkeypatch):
-    """tp 2 x pp 2: the tp ranks of a stage share every read, and no stage reads
-    another's layers (untied llama: each source tensor lives on one stage), so every
-    tensor of the safetensors file is read exactly once."""
+def from_hf_counted(tmp_path, monkeypatch, sets) -> tuple[list[str], list[str]]:
+    """from-hf of a tiny llama for the mesh `sets`: the names of the tensors it read
+    from the safetensors file, and of the slices it encoded, in order."""
     from msgen.hf import ckpt as hf_ckpt
 
     hf_model("llama", tmp_path / "hf", torch.float32)
     spec = tmp_path / "m.msl"
     assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
                  "--devices", 4, "--per-node", 4)[0] == 0  # fmt: skip
-    reads = []
+    reads, encoded = [], []
+    encode = hf_ckpt._ckpt_bytes
 
-    def counted(path, name, header=None):
+    def read(path, name, header=None):
         reads.append(name)
         return read_tensor(path, name, header)
 
-    monkeypatch.setattr(hf_ckpt, "read_tensor", counted)
-    sets = [a for s in SLICED_MESHES["tp2_pp2"] for a in ("--set", s)]
+    def counted(name, *args):
+        encoded.append(name)
+        return encode(name, *args)
+
+    monkeypatch.setattr(hf_ckpt, "read_tensor", read)
+    monkeypatch.setattr(hf_ckpt, "_ckpt_bytes", counted)
+    sets = [a for s in sets for a in ("--set", s)]
     code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)
     assert code == 0, err
+    return reads, encoded
+
+
+def test_from_hf_reads_each_tensor_once_per_stage(tmp_path, monkeypatch):
+    """tp 2 x pp 2: the tp ranks of a stage share every read, and no stage reads
+    another's layers (untied llama: each source tensor lives on one stage), so every
+    tensor of the safetensors file is read exactly once."""
+    reads, _ = from_hf_counted(tmp_path, monkeypatch, SLICED_MESHES["tp2_pp2"])
     assert sorted(reads) == sorted(read_header(tmp_path / "hf" / "model.safetensors")[0])
+
+
+def test_from_hf_encodes_a_slice_its_replicas_share_once(tmp_path, monkeypatch):
+    """dp 2 x tp 2, zero 0: both dp replicas hold each tp slice; each distinct slice
+    (as the ranks' files hold them) is encoded once, not once per rank."""
+    mesh = ("mesh.dp=2", "mesh.tp=2", "mesh.pp=1", "train.zero=0")
+    _, encoded = from_hf_counted(tmp_path, monkeypatch, mesh)
+    distinct = set()
+    for rank in range(4):
+        saved = ms.load_checkpoint(str(tmp_path / "ranks" / f"rank_{rank}" / "model.ckpt"))
+        distinct |= {(name, p.asnumpy().tobytes()) for name, p in saved.items()}
+    assert sorted(encoded) == sorted(name for name, _ in distinct)
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ import json
 import os
 import stat
 import sys
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +176,14 @@ def _ckpt_bytes(name: str, array: np.ndarray, dtype, scratch: Path) -> bytes:
         scratch.unlink(missing_ok=True)
 
 
+def _append(data: bytes, paths: list[Path]) -> None:
+    """`data` at the end of each file, one file open at a time (a stage may have more
+    ranks than a process may open files)."""
+    for path in paths:
+        with open(path, "ab") as out:
+            out.write(data)
+
+
 def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
     beside them (so the folder merges as a run does). Stage by stage, each tensor the
@@ -199,13 +206,20 @@ def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> in
         staged = [folder / f".{INIT_FILE}.msgen-new" for folder in folders]
         scratch = output / ".slice.msgen-new.ckpt"  # save_checkpoint appends .ckpt otherwise
         try:
-            with ExitStack() as files:
-                outs = [files.enter_context(open(path, "wb")) for path in staged]
-                for name, array in to_msgen(model, get):
-                    if name in needed:
-                        for local, out in enumerate(outs):
-                            cut = slice_of(array, stage.layouts[name], local)
-                            out.write(_ckpt_bytes(name, cut, param, scratch))
+            for path in staged:
+                path.write_bytes(b"")
+            for name, array in to_msgen(model, get):
+                if name not in needed:
+                    continue
+                # the ranks holding each slice (replicas hold the same view), one
+                # encoding of it in memory at a time
+                holders: dict[tuple, tuple[np.ndarray, list[Path]]] = {}
+                for local, path in enumerate(staged):
+                    cut = slice_of(array, stage.layouts[name], local)
+                    key = (cut.__array_interface__["data"][0], cut.shape, cut.strides)
+                    holders.setdefault(key, (cut, []))[1].append(path)
+                for cut, paths in holders.values():
+                    _append(_ckpt_bytes(name, cut, param, scratch), paths)
             for path, folder in zip(staged, folders):
                 os.chmod(path, stat.S_IRUSR)  # as save_checkpoint leaves its files
                 os.replace(path, folder / INIT_FILE)
