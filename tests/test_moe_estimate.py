@@ -148,6 +148,10 @@ def test_all_to_all_time_by_hand():
 
 
 def test_ep_adds_its_communicator_buffers_and_no_devices():
+    """HCCL gives each communicator two buffers of HCCL_BUFFSIZE, 200 MiB by default
+    (Ascend's HCCL environment variables); the all-to-alls run on the ep group's own
+    communicator, so ep > 1 adds 2 x 200 MiB per device. ep is carved out of dp: the
+    devices stay dp x tp x pp = 4 x 2 x 1 = 8."""
     with_ep, without = analysed(), analysed(ep=1)
     est = estimate(Plan(with_ep.spec, with_ep.facts))
     one = estimate(Plan(without.spec, without.facts))
