@@ -45,6 +45,21 @@ def test_moe_code_computes_its_reference(variant):
     computes_its_reference(variant)
 
 
+def test_the_permuting_moe_computes_its_reference():
+    """tiny_moe_dp (a data-parallel mesh): the dropless op runs the permuting
+    dispatcher (tests/test_moe_permute.py checks its parts), and its network's loss
+    and gradient are numpy's."""
+    model = (emit_fixtures.compiled("tiny_moe_dp") / "model.py").read_text()
+    assert "permute=True" in model and "def permuted(" in model
+    computes_its_reference("tiny_moe_dp")
+    network, rng = randomised("tiny_moe_dp")
+    tokens, labels = batch("tiny_moe_dp", rng, rows=2)
+    params = {p.name: p.asnumpy() for p in network.get_parameters()}
+    loss = mindspore_loss(network, tokens, labels)
+    expected = ref.forward_loss(plan("tiny_moe_dp"), params, tokens, labels)
+    assert abs(loss - expected) <= tolerance(expected), (loss, expected)
+
+
 def test_moe_code_imports_what_it_uses():
     imports_what_it_uses("tiny_moe")
 

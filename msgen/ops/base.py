@@ -128,6 +128,7 @@ class Context:
     dims: dict[str, int]
     dtype_bytes: int
     tied: dict[str, Param] = field(default_factory=dict)  # op name -> its table
+    semi_auto: bool = False  # Spec.semi_auto: the ranks run semi-auto parallel
 
 
 def whole(rank: int) -> Split:

@@ -117,6 +117,14 @@ class Moe(OpDef):
         "from mindspore import Parameter, Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
+    # Dropless off semi-auto, the permuting dispatcher: GroupedMatmul on Ascend, where
+    # the device target picks it (templates/ops/moe.py.j2 MoE.grouped).
+    setting_imports = {
+        "permute": (
+            "import mindspore as ms",
+            "from mindspore.ops.auto_generate import GroupedMatmul",
+        )
+    }
     inits = {p: "normal" for p in params}
     decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
 
@@ -155,9 +163,14 @@ class Moe(OpDef):
             "norm_topk": self.arg(node, "norm_topk"),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
+            "permute": capacity is None and not ctx.semi_auto,
             "aux_loss": float(self.arg(node, "aux_loss")),
             "z_loss": float(self.arg(node, "z_loss")),
         }
+
+    def helper_values(self, ops):
+        # The MoE cell has the permuting dispatcher when some op of the model permutes.
+        return {"permute": any(op.setting("permute") for op in ops)}
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -167,6 +180,7 @@ class Moe(OpDef):
             f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
             f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
             f"capacity={s('capacity')!r}, by_position={s('by_position')}, "
+            f"permute={s('permute')}, "
             f"inner={op.strategy('inner')}, outer={op.strategy('outer')}"
         )
         aux = s("aux_loss") > 0 or s("z_loss") > 0
