@@ -39,7 +39,7 @@ def moe_facts(result):
 def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
     """Per device (Megatron-LM's theoretical memory divides expert parameters by ep,
     and its distributed optimizer shards expert states over the expert data-parallel
-    group, dp / ep):
+    group, dp / ep), with a capacity (capacity = 1):
     - gate, up [4, 256, 256] @ [ep, 1, tp] and down [4, 256, 256] @ [ep, tp, 1]:
       2 x 256 x 128 = 65,536 elements each, 256 KiB >= 64 KiB; zero 1 slices their
       first dim (2) over dp / ep = 2: Adam states of 32,768 each. (Over dp = 4 the
@@ -51,7 +51,7 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
     weight its forward AllGather keeps until backward, and its gradient as the slice
     (the AllGather's backward is a ReduceScatter): 4 bytes each; Adam m + v 8 bytes
     per element of the slice."""
-    result = analysed()
+    result = analysed("capacity = 1.0, ")
     states = param_states(
         list(moe_facts(result).params), sizes(result), precision(result.spec), zero=1
     )
@@ -62,37 +62,64 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep():
     assert states.optimizer == 8 * (1024 + 3 * 32768 + 3 * 8192)
 
 
+def test_dropless_experts_are_whole_over_tp():
+    """Dropless, the generated Morph region keeps each expert whole over tp (its
+    layout (ep, None, None), templates/ops/moe.py.j2 `region`, as mindformers 2.0.0's
+    grouped-matmul path lays its weights): gate, up, down [4, 256, 256] @ [ep, 1, 1]:
+    2 x 256 x 256 = 131,072 elements a device each (twice the capacity path's), zero 1
+    slicing their first dim 2 over dp / ep = 2: 65,536. The router and the shared
+    experts as with a capacity."""
+    result = analysed()
+    params = {p.name: p for p in moe_facts(result).params}
+    assert all(params[m].split == (("ep",), (), ()) for m in ("gate", "up", "down"))
+    states = param_states(list(params.values()), sizes(result), precision(result.spec), zero=1)
+    assert states.params == 1024 + 3 * 131072 + 3 * 32768
+    assert states.weights == 4 * (1024 + 3 * (131072 + 65536) + 3 * (32768 + 8192))
+    assert states.grads == 4 * (1024 + 3 * 65536 + 3 * 8192)
+    assert states.optimizer == 8 * (1024 + 3 * 65536 + 3 * 8192)
+
+
 def test_moe_activation_rows_per_device():
-    """Per device and micro-batch, fp32 (4 bytes), 32 tokens, 64 token copies:
-    x 32 x 256; router probs 32 x 4; top-k weights and int32 indices 32 x 2 each;
-    permuted copies and expert outputs 64 x 256 each; gate, up, act 64 x (256 / tp);
-    the shared expert's gate, up, act 32 x (256 / tp)."""
+    """Per device and micro-batch, fp32 (4 bytes), 32 tokens (x whole over tp): x 32 x
+    256; router probs 32 x 4; top-k weights and int32 indices 32 x 2 each; dropless,
+    each tp rank takes its own half of the 64 token copies into the Morph region:
+    permuted copies and expert outputs 32 x 256 each, gate, up, act 32 x 256 (the
+    experts whole); the shared expert's gate, up, act 32 x (256 / tp)."""
     result = analysed()
     got = sum(saved_bytes(s, sizes(result)) for s in moe_facts(result).saves)
-    want = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 2 * 64 * 256 + 3 * 64 * 128 + 3 * 32 * 128)
+    want = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 2 * 32 * 256 + 3 * 32 * 256 + 3 * 32 * 128)
     assert got == want
 
 
 def test_capacity_pads_every_expert_and_imbalance_scales_the_dropless_copies():
     """capacity 0.5: in each of the dp 4 groups of 32 tokens each of 4 experts gets
-    ceil(32 x 2 / 4 x 0.5) = 8 slots, 4 x 4 x 8 = 128 rows in all, 32 per device (half
-    the dropless 64), and the dispatch and combine tensors [32 rows, 32 group tokens]
-    per device; imbalance 1.5 dropless: ceil(256 x 1.5) = 384 rows, 96 per device."""
-    per_row = 4 * (2 * 256 + 3 * 128)  # permuted + expert_out, gate + up + act
+    ceil(32 x 2 / 4 x 0.5) = 8 slots, 4 x 4 x 8 = 128 rows in all, 32 per device
+    (the experts' ffn over tp: gate, up, act 32 x 128), and the dispatch and combine
+    tensors [32 rows, 32 group tokens] per device; imbalance 1.5 dropless: ceil(256 x
+    1.5) = 384 rows, 48 per device (over dp and tp), the experts whole."""
     fixed = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 3 * 32 * 128)
     dispatch = 2 * 4 * 32 * 32
-    for args, rows, extra in (("capacity = 0.5, ", 32, dispatch), ("imbalance = 1.5, ", 96, 0)):
+    padded = ("capacity = 0.5, ", 32 * 4 * (2 * 256 + 3 * 128), dispatch)
+    imbalanced = ("imbalance = 1.5, ", 48 * 4 * (2 * 256 + 3 * 256), 0)
+    for args, rows, extra in (padded, imbalanced):
         result = analysed(args)
         got = sum(saved_bytes(s, sizes(result)) for s in moe_facts(result).saves)
-        assert got == fixed + rows * per_row + extra, args
+        assert got == fixed + rows + extra, args
 
 
 def test_all_to_all_time_by_hand():
-    """Dispatch moves the T k = 256 copies of 256 fp32 values; an ep group holds ep of
-    the dp shards, so it exchanges 256 x 256 x 4 x 2 / 4 = 131,072 bytes; each of its
-    2 ranks sends half of its 65,536 to the other: (n - 1) / n x 65,536 bytes over the
-    intra-server link (ranks 0 and 2: tp-strided), plus one latency step."""
-    result = analysed()
+    """Dispatch moves the T k = 256 copies of 256 fp32 values; with a capacity of 1
+    (the padded slots are the copies' number: 4 groups x 4 experts x ceil(32 x 2 / 4
+    x 1) = 16 slots = 256 rows) an ep group holds ep of the dp shards, so it
+    exchanges 256 x 256 x 4 x 2 / 4 = 131,072 bytes; each of its 2 ranks sends half
+    of its 65,536 to the other: (n - 1) / n x 65,536 bytes over the intra-server link
+    (ranks 0 and 2: tp-strided), plus one latency step. Dropless each tp rank
+    exchanges its own tokens' copies: half that per group."""
+    dropless = analysed()
+    of = moe_facts(dropless)
+    dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
+    assert group_bytes(dispatch, of.layout, sizes(dropless), 4) == 65536
+    result = analysed("capacity = 1.0, ")
     of = moe_facts(result)
     dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
     assert dispatch.kind == "AllToAll" and dispatch.axes == ("ep",)

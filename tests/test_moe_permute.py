@@ -43,7 +43,7 @@ def graph_mode():
 
 def cell(model, experts=4, top_k=2, gated=True, sigmoid=False, norm_topk=True, shared=FFN):
     return model.MoE(HIDDEN, experts, top_k, FFN, shared, gated=gated, sigmoid=sigmoid,
-                     norm_topk=norm_topk, capacity=None, by_position=False, permute=True,
+                     norm_topk=norm_topk, capacity=None, by_position=False,
                      inner=STRATEGY, outer=STRATEGY)  # fmt: skip
 
 
@@ -88,7 +88,7 @@ def test_the_permuting_forward_equals_the_numpy_reference(model, graph_mode, cas
 
 def test_the_copies_are_sorted_by_expert_stably(model, graph_mode):
     """`sort`: the permute index is numpy's stable argsort of the copies' experts,
-    the un-permute index its inverse, the group ends the cumulative counts."""
+    the un-permute index its inverse, and the counts each expert's."""
     import mindspore as ms
     from mindspore import nn
 
@@ -104,11 +104,10 @@ def test_the_copies_are_sorted_by_expert_stably(model, graph_mode):
     experts = rng.integers(0, 5, 200)
     experts[experts == 3] = 4  # an expert with no copies
     copies = np.eye(5, dtype=np.float32)[experts]
-    row, order, ends = (t.asnumpy() for t in Sort(cell(model, experts=5))(ms.Tensor(copies)))
+    row, order, counts = (t.asnumpy() for t in Sort(cell(model, experts=5))(ms.Tensor(copies)))
     np.testing.assert_array_equal(order, np.argsort(experts, kind="stable"))
     np.testing.assert_array_equal(row[order], np.arange(200))
-    np.testing.assert_array_equal(ends, np.cumsum(np.bincount(experts, minlength=5)))
-    assert ends.dtype == np.int64  # group_list: "Supported dtypes: Int64"
+    np.testing.assert_array_equal(counts, np.bincount(experts, minlength=5))
 
 
 def grouped_matmul(x, weight, group_list):
@@ -201,3 +200,47 @@ def test_the_permuting_gradient_is_the_references(model, graph_mode):
                 ) / (2 * step)
                 analytic = got[name][at]
             assert abs(analytic - numeric) <= 1e-3 * max(1.0, abs(numeric)), (name, at)
+
+
+def chunks(rows: np.ndarray, counts) -> list[np.ndarray]:
+    return np.split(rows, np.cumsum(counts)[:-1])
+
+
+def test_two_expert_parallel_ranks_compute_the_reference(model):
+    """ep = 2 run by hand: two ranks, each with its own 16 tokens and experts / ep = 2
+    of the 4 experts (rank d the experts 2d, 2d + 1), call the dispatcher's parts as
+    `routed` does, the AlltoAllVs between them done in numpy from AlltoAllV's
+    definition (rank r sends its send[d] rows in order to rank d, which concatenates
+    what it receives by source rank; MindSpore 2.10 ops/operations/comm_ops.py). The
+    two ranks' outputs are the numpy reference's over all 32 tokens."""
+    import mindspore as ms
+
+    moe = cell(model, shared=0)
+    rng = np.random.default_rng(13)
+    params = randomise(moe, rng)
+    x = rng.normal(0, 1, (2, 16, HIDDEN))
+    ep, local = 2, 2
+    left = []
+    for r in range(ep):
+        weights, chosen, _ = moe.route(ms.Tensor(x[r].astype(np.float32)))
+        rows, ids, row, per_rank = moe.leave(ms.Tensor(x[r].astype(np.float32)), chosen, local)
+        send = per_rank.asnumpy().sum(1)
+        left.append((weights, row, send, chunks(rows.asnumpy(), send), chunks(ids.asnumpy(), send)))
+    outs = []
+    for d in range(ep):
+        rows = np.concatenate([left[r][3][d] for r in range(ep)])
+        ids = np.concatenate([left[r][4][d] for r in range(ep)])
+        mats = {m: ms.Tensor(params[m][d * local : (d + 1) * local].astype(np.float32))
+                for m in ("gate", "up", "down")}  # fmt: skip
+        moe.ep_index = d
+        out = moe.compute(ms.Tensor(rows.astype(np.float32)), ms.Tensor(ids), **mats)
+        outs.append(chunks(out.asnumpy(), [left[r][2][d] for r in range(ep)]))
+    moe.ep_index = 0
+    got = []
+    for r in range(ep):
+        weights, row = left[r][0], left[r][1]
+        back = np.concatenate([outs[d][r] for d in range(ep)])
+        got.append(moe.combine(ms.Tensor(back), row, weights).asnumpy())
+    assert all(len(left[r][3][d]) for r in range(ep) for d in range(ep))  # both ways
+    want = test_op_moe.moe(x, {m: params[m] for m in ("router", "gate", "up", "down")}, 4, 2)
+    np.testing.assert_allclose(np.stack(got), want, rtol=0, atol=1e-5)

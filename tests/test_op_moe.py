@@ -226,8 +226,9 @@ def test_the_load_balancing_loss_is_its_coefficient_when_routing_is_uniform():
     assert abs(z_loss(np.zeros((3, e)), 1.0) - np.log(e) ** 2) < 1e-12
 
 
-def analysed(ep: int = 1):
+def analysed(ep: int = 1, moe_args: str = ""):
     text = SPEC.read_text().replace("    tp = 2\n}", f"    tp = 2\n    ep = {ep}\n}}")
+    text = text.replace("aux_loss = 0.01", moe_args + "aux_loss = 0.01")
     result = analyze_text(text, "spec.msl", SPEC.parent)
     assert result.ok, [d.message for d in result.diagnostics]
     return result
@@ -236,7 +237,9 @@ def analysed(ep: int = 1):
 def test_moe_parameters_are_the_router_and_the_stacked_experts():
     """router [h, E]; gate, up [E, h, F] and down [E, F, h]; the shared expert's
     [h, S], [h, S], [S, h]: the spec's 64 hidden, 4 experts, ffn 32, shared 32. The
-    experts split over tp on ffn, and over ep on their first dim when ep > 1."""
+    experts split over ep on their first dim when ep > 1, and over tp on ffn with a
+    capacity (dropless whole: each tp rank takes tokens of its own); the shared
+    experts over tp either way."""
     of = analysed().facts.graphs["decoder"].ops["ffn2"]
     shapes = {p.name: p.shape for p in of.params}
     assert shapes == {
@@ -250,8 +253,12 @@ def test_moe_parameters_are_the_router_and_the_stacked_experts():
     }
     splits = {p.name: p.split for p in of.params}
     assert splits["router"] == ((), ())
-    assert splits["gate"] == ((), (), ("tp",)) and splits["down"] == ((), ("tp",), ())
+    assert splits["gate"] == splits["down"] == ((), (), ())
+    assert splits["shared_up"] == ((), ("tp",))
     of = analysed(ep=2).facts.graphs["decoder"].ops["ffn2"]
+    splits = {p.name: p.split for p in of.params}
+    assert splits["gate"] == splits["down"] == (("ep",), (), ())
+    of = analysed(ep=2, moe_args="capacity = 1.0, ").facts.graphs["decoder"].ops["ffn2"]
     splits = {p.name: p.split for p in of.params}
     assert splits["gate"] == (("ep",), (), ("tp",)) and splits["down"] == (("ep",), ("tp",), ())
     assert splits["router"] == ((), ()) and splits["shared_up"] == ((), ("tp",))

@@ -106,6 +106,9 @@ class Layout:
     output: Split
     params: tuple[Param, ...] = ()
     collectives: tuple[Collective, ...] = ()
+    # Mesh axes that split the op's work inside it beyond what its tensors' splits say
+    # (a region that hands each tp rank tokens of its own: the dropless moe).
+    within: tuple[str, ...] = ()
 
 
 class OpError(Exception):

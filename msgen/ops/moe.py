@@ -88,6 +88,25 @@ def expert_rows(node, n_tokens: int, ctx) -> int:
     return g * node.args["experts"] * slots(node, n_tokens // g)
 
 
+def devices(ctx) -> tuple[int, int, int]:
+    """A stage's devices as the dropless Morph region lays them, [ep, dp / ep, tp]
+    (templates/ops/moe.py.j2 `region`)."""
+    sizes = ctx.mesh_sizes
+    ep = sizes.get("ep", 1)
+    return ep, sizes.get("dp", 1) // ep, sizes.get("tp", 1)
+
+
+def expert_ffn_axes(node, ctx) -> tuple[str, ...]:
+    """The axes the experts' ffn dim is split over: tp with a capacity (expert tensor
+    parallelism = tp, Megatron-LM's default); none dropless, where the Morph region
+    keeps each expert whole and gives each tp rank tokens of its own instead, as
+    mindformers 2.0.0's grouped-matmul path does (transformer/moe/ffn.py: the weights
+    laid (ep, None), the tokens over dp * tp)."""
+    if node.args.get("capacity") is None or ctx.mesh_sizes.get("tp", 1) == 1:
+        return ()
+    return ("tp",)
+
+
 def imbalance(node) -> float:
     return float(node.args.get("imbalance", 1.0))
 
@@ -117,11 +136,15 @@ class Moe(OpDef):
         "from mindspore import Parameter, Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # Dropless off semi-auto, the permuting dispatcher: GroupedMatmul on Ascend, where
-    # the device target picks it (templates/ops/moe.py.j2 MoE.grouped).
+    # Dropless, the permuting dispatcher: GroupedMatmul on Ascend, where the device
+    # target picks it (templates/ops/moe.py.j2 MoE.grouped), the ep group's
+    # exchanges and, under semi-auto, the Morph region's layouts.
     setting_imports = {
         "permute": (
+            "from functools import cache",
             "import mindspore as ms",
+            "from mindspore import Layout",
+            "from mindspore.communication import GlobalComm, create_group, get_rank",
             "from mindspore.ops.auto_generate import GroupedMatmul",
         )
     }
@@ -129,20 +152,18 @@ class Moe(OpDef):
     decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
 
     def strategies(self, node, layout, ctx):
-        """The experts' batched matmuls: the tokens tiled per expert [experts, tokens,
+        """With a capacity, the experts' batched matmuls over [experts, groups * slots,
         hidden] times [experts, hidden, ffn], split over ep on the experts, over the
-        dp / ep ranks of an ep group on the tokens (each rank computes its own share of
-        its experts' tokens: the redistribution from the tokens' dp split is the
-        dispatch AllToAll) and over tp on ffn; then back over tp.
-
+        dp / ep ranks of an ep group on the slots (the redistribution from the groups'
+        dp split is the dispatch AllToAll) and over tp on ffn; then back over tp.
         Semi-auto parallel emits that redistribution as an AllToAll: the AutoParallel
         wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
-        `_enable_alltoall = True`, handed to the context by parallel/_utils.py). The
-        batched matmul is the path the CPU runs too; GroupedMatmul takes tuple-in-tuple
-        strategies under semi-auto (parallel/_utils.py SUPPORTED_TUPLE_IN_TUPLE_STRATEGY),
-        but mindformers 2.0.0 drives it from a token dispatcher of its own
-        (parallel_core/training_graph/transformer/moe/ffn.py), which this does not
-        emit."""
+        `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
+        Dropless, the cell's Morph region carries its own layouts over the stage's
+        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe.py.j2 `region`): no
+        roles."""
+        if node.args.get("capacity") is None:
+            return ()
         sizes = ctx.mesh_sizes
         ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
         edp = sizes.get("dp", 1) // ep
@@ -163,7 +184,8 @@ class Moe(OpDef):
             "norm_topk": self.arg(node, "norm_topk"),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
-            "permute": capacity is None and not ctx.semi_auto,
+            "permute": capacity is None,
+            "devices": devices(ctx) if capacity is None and ctx.semi_auto else None,
             "aux_loss": float(self.arg(node, "aux_loss")),
             "z_loss": float(self.arg(node, "z_loss")),
         }
@@ -179,10 +201,12 @@ class Moe(OpDef):
         make = (
             f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
             f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
-            f"capacity={s('capacity')!r}, by_position={s('by_position')}, "
-            f"permute={s('permute')}, "
-            f"inner={op.strategy('inner')}, outer={op.strategy('outer')}"
+            f"capacity={s('capacity')!r}, by_position={s('by_position')}"
         )
+        if s("capacity") is not None:
+            make += f", inner={op.strategy('inner')}, outer={op.strategy('outer')}"
+        elif s("devices"):
+            make += f", devices={s('devices')}"
         aux = s("aux_loss") > 0 or s("z_loss") > 0
         if aux:
             make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
@@ -223,9 +247,12 @@ class Moe(OpDef):
 
     def layout(self, node, inputs, out_shape, ctx):
         """The hidden dim whole (the router and the experts read all of it), the
-        experts' dim over ep, their ffn dim over tp: the down projections give a
-        partial sum over tp, all-reduced (reduce-scattered under sequence
-        parallelism, as linear does)."""
+        experts' dim over ep. With a capacity their ffn dim over tp: the down
+        projections give a partial sum over tp, all-reduced (reduce-scattered under
+        sequence parallelism, as linear does). Dropless the experts are whole over tp
+        and each tp rank takes tokens of its own into the Morph region (its work split
+        over tp `within`), whose output is gathered over tp again; the shared experts
+        stay split over tp, their partial sum all-reduced."""
         (x,) = inputs
         e, ep = node.args["experts"], ctx.mesh_sizes.get("ep", 1)
         if e % ep:
@@ -238,15 +265,26 @@ class Moe(OpDef):
             )
         shapes = self.param_shapes(node, [x.shape], ctx)
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        expert_axes = expert_ffn_axes(node, ctx)
         ep_axes = ("ep",) if ep > 1 else ()
+        dropless = node.args.get("capacity") is None
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
         for name, shape in shapes.items():
             if name == "router":
                 continue
-            default = (ep_axes, (), ffn_axes) if len(shape) == 3 else ((), ffn_axes)
+            default = (ep_axes, (), expert_axes) if len(shape) == 3 else ((), ffn_axes)
             if name.endswith("down"):
                 default = default[:-2] + (default[-1], default[-2])
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
+            if dropless and len(shape) == 3 and split != default:
+                raise OpError(
+                    "MSL210",
+                    f"`{name}` of dropless moe `{node.name}` is split over ep on its experts "
+                    "and whole otherwise: the permuting dispatcher gives each tp rank "
+                    "tokens of its own instead",
+                    name,
+                    f"drop `{name} @ [...]`, or give the moe a capacity",
+                )
             params.append(Param(name, shape, split))
         if params[0].split != ((), ()):
             raise OpError(
@@ -260,25 +298,48 @@ class Moe(OpDef):
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
         rows = expert_rows(node, tokens(node, x.shape), ctx)
-        if node.args.get("capacity") is None:
+        if dropless:
             rows = ceil(rows * imbalance(node))
         moved = rows * x.shape[-1]
-        collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
+        if not dropless:
+            collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
+        else:
+            collectives = ()
+            if self.arg(node, "shared_ffn"):
+                collectives = partial_sum(out, ffn_axes, prod(out_shape), "shared output")
+            if ffn_axes and not any(ffn_axes == s for s in out[:-1]):
+                collectives += (Collective("AllGather", ffn_axes, prod(out_shape), "output"),)
         if ctx.mesh_sizes.get("ep", 1) > 1:
             collectives = (
                 Collective("AllToAll", ("ep",), moved, "dispatch"),
                 Collective("AllToAll", ("ep",), moved, "combine"),
             ) + collectives
-        return Layout(inputs=(need,), output=out, params=tuple(params), collectives=collectives)
+        within = ffn_axes if dropless else ()
+        return Layout(
+            inputs=(need,), output=out, params=tuple(params), collectives=collectives,
+            within=within,
+        )  # fmt: skip
 
     def backward_collectives(self, node, inputs, layout, ctx):
         """The gradients retrace the tokens' way: combine's AllToAll backward is a
-        dispatch, dispatch's a combine; the input gradient of the column-parallel
-        gate/up is a partial sum over tp."""
+        dispatch, dispatch's a combine. With a capacity the input gradient of the
+        column-parallel gate/up is a partial sum over tp. Dropless, the output's
+        AllGather over tp comes back as a ReduceScatter, and the tp ranks' token
+        slices' input gradients are gathered (the shared experts' partial sum
+        all-reduced)."""
         back = tuple(c for c in layout.collectives if c.kind == "AllToAll")
         tp = tuple(a for a in ("tp",) if ctx.mesh_sizes.get(a, 1) > 1)
-        if tp:
-            back += (Collective("AllReduce", tp, prod(inputs[0].shape), "input gradient"),)
+        if not tp:
+            return back
+        x = prod(inputs[0].shape)
+        if node.args.get("capacity") is not None:
+            return back + (Collective("AllReduce", tp, x, "input gradient"),)
+        for c in layout.collectives:
+            if c.kind == "AllGather":
+                back += (Collective("ReduceScatter", tp, c.elements, "output gradient"),)
+        back += (Collective("AllGather", tp, x, "input gradient"),)
+        if self.arg(node, "shared_ffn"):
+            back += (Collective("AllReduce", tp, x, "shared input gradient"),)
         return back
 
     def saves(self, node, inputs, output, ctx):
@@ -288,7 +349,8 @@ class Moe(OpDef):
         the permuted token copies [rows, hidden] (the experts' matmul input), each
         gated half and the activation [rows, ffn], and the experts' outputs
         [rows, hidden] (the un-permute buffer: the weights' gradient reads it);
-        rows are `expert_rows` times the load imbalance when dropless. With a
+        rows are `expert_rows` times the load imbalance when dropless, where each tp
+        rank takes its own share of them and the experts' ffn dim is whole. With a
         capacity, the dispatch tensor and the combine tensor (dispatch times the
         router weights) [rows, group tokens] in the compute dtype: the backward of the
         batched matmuls that gather and scatter the slots reads them. The shared
@@ -301,9 +363,12 @@ class Moe(OpDef):
         rows = expert_rows(node, n, ctx)
         if node.args.get("capacity") is None:
             rows = ceil(rows * imbalance(node))
-        row_split = (tuple(a for dim in lead for a in dim), ())
-        tok_split = (row_split[0], ())
+        tok_split = (tuple(a for dim in lead for a in dim), ())
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        expert_axes = expert_ffn_axes(node, ctx)
+        row_split = tok_split
+        if expert_axes != ffn_axes and "tp" not in tok_split[0]:
+            row_split = (tok_split[0] + ffn_axes, ())  # the dropless region's tp shares
         experts, shared = self.matrices(node)
         saved = [
             saved_operand(node.inputs[0].name, x),
@@ -312,7 +377,7 @@ class Moe(OpDef):
             Saved(f"{name}.topk_indices", (n, k), tok_split, INDEX, "internal"),
             Saved(f"{name}.permuted", (rows, h), row_split, item, "internal"),
         ]
-        ffn_split = (row_split[0], ffn_axes)
+        ffn_split = (row_split[0], expert_axes)
         for m in experts[:-1]:
             saved.append(Saved(f"{name}.{m}", (rows, f), ffn_split, item, "internal"))
         if len(experts) == 3:
