@@ -244,3 +244,15 @@ def test_two_expert_parallel_ranks_compute_the_reference(model):
     assert all(len(left[r][3][d]) for r in range(ep) for d in range(ep))  # both ways
     want = test_op_moe.moe(x, {m: params[m] for m in ("router", "gate", "up", "down")}, 4, 2)
     np.testing.assert_allclose(np.stack(got), want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("ep, edp, tp, stages", [(2, 2, 2, 1), (4, 1, 2, 2), (2, 3, 1, 3)])
+def test_each_rank_exchanges_with_the_ranks_holding_the_other_experts(model, ep, edp, tp, stages):
+    """`expert_ranks`: the stage's devices laid out as the region's Layout lays them,
+    numpy's row-major [ep, dp / ep, tp] (MindSpore's Layout: the last device dim
+    varies fastest; the stage's ranks follow one another), each stage after the last;
+    a rank's group is its column along ep, and its index its ep coordinate."""
+    grid = np.arange(stages * ep * edp * tp).reshape(stages, ep, edp, tp)
+    for rank in range(grid.size):
+        s, i, e, t = (int(c[0]) for c in np.nonzero(grid == rank))
+        assert model.expert_ranks(rank, ep, edp, tp) == (grid[s, :, e, t].tolist(), i)

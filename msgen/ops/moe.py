@@ -11,10 +11,15 @@ and mindformers 2.0.0 (parallel_core/transformer_config.py); docs/language.md
 names each.
 
 Expert weights are stacked [experts, ...] and split over `ep` on that dim (each
-expert-parallel rank holds experts / ep of them) and over `tp` on their ffn dim
-(expert tensor parallelism = tp, Megatron's default); tokens go to and come back
-from their experts' ranks by an AllToAll over `ep` (dispatch and combine, forward
-and backward).
+expert-parallel rank holds experts / ep of them); tokens go to and come back from
+their experts' ranks by an AllToAll over `ep` (dispatch and combine, forward and
+backward). With a capacity the experts' ffn dim is split over `tp` (expert tensor
+parallelism = tp, Megatron's default). Dropless the generated cell is a permuting
+dispatcher (Megatron-LM's moe_utils.py permute / unpermute, mindformers 2.0.0's
+MoEAlltoAllTokenDispatcher), under semi-auto one Morph region laid as mindformers'
+FFNGroupedGEMM lays it (transformer/moe/ffn.py): every device of the stage, tp ranks
+included, takes its own tokens, and each expert is whole over tp; the memory, work
+and collectives here count it so (`expert_ffn_axes`, `Layout.within`).
 
 With a capacity the cell dispatches GShard's way (Lepikhin et al. 2020): per
 data-parallel group, a 0/1 dispatch tensor gathers each expert's slots and the
@@ -46,6 +51,7 @@ from msgen.ops.base import (
     tensor_bytes,
 )
 from msgen.ops.linear import without
+from msgen.ops.moe_rows import devices, expert_ffn_axes, expert_rows, groups, imbalance, tokens
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
@@ -57,58 +63,6 @@ SHARED = {
     "swiglu": ("shared_gate", "shared_up", "shared_down"),
     "gelu": ("shared_up", "shared_down"),
 }
-
-
-def tokens(node, x_shape) -> int:
-    return prod(x_shape[:-1])
-
-
-def groups(ctx) -> int:
-    """GShard's groups of a capacity: one per data-parallel rank (dp = ep x dp / ep),
-    each filling its experts' slots from its own tokens, as Megatron-LM's ranks do."""
-    return ctx.mesh_sizes.get("dp", 1)
-
-
-def slots(node, group_tokens: int) -> int:
-    """Each expert's slots in a group: ceil(group tokens * top_k / experts * factor)
-    (Megatron-LM's `get_capacity`), never more than the group's tokens (a token
-    chooses an expert once); the generated cell computes the same
-    (templates/ops/moe.py.j2 `MoE.slots`)."""
-    e, k = node.args["experts"], node.args["top_k"]
-    return min(group_tokens, ceil(group_tokens * k / e * node.args["capacity"]))
-
-
-def expert_rows(node, n_tokens: int, ctx) -> int:
-    """Rows the experts compute over, all experts together: the token copies
-    (tokens * top_k, dropless) or, with a capacity factor, every expert padded to its
-    slots in every group (the static shape graph mode compiles)."""
-    if node.args.get("capacity") is None:
-        return n_tokens * node.args["top_k"]
-    g = groups(ctx)
-    return g * node.args["experts"] * slots(node, n_tokens // g)
-
-
-def devices(ctx) -> tuple[int, int, int]:
-    """A stage's devices as the dropless Morph region lays them, [ep, dp / ep, tp]
-    (templates/ops/moe.py.j2 `region`)."""
-    sizes = ctx.mesh_sizes
-    ep = sizes.get("ep", 1)
-    return ep, sizes.get("dp", 1) // ep, sizes.get("tp", 1)
-
-
-def expert_ffn_axes(node, ctx) -> tuple[str, ...]:
-    """The axes the experts' ffn dim is split over: tp with a capacity (expert tensor
-    parallelism = tp, Megatron-LM's default); none dropless, where the Morph region
-    keeps each expert whole and gives each tp rank tokens of its own instead, as
-    mindformers 2.0.0's grouped-matmul path does (transformer/moe/ffn.py: the weights
-    laid (ep, None), the tokens over dp * tp)."""
-    if node.args.get("capacity") is None or ctx.mesh_sizes.get("tp", 1) == 1:
-        return ()
-    return ("tp",)
-
-
-def imbalance(node) -> float:
-    return float(node.args.get("imbalance", 1.0))
 
 
 class Moe(OpDef):
