@@ -320,6 +320,16 @@ def test_a_split_router_is_msl210():
     assert error[0] == "MSL210" and "`router` of moe `ffn2` cannot be split" in error[1]
 
 
+def test_a_dropless_expert_split_over_tp_is_msl210_and_with_a_capacity_is_kept():
+    """The dropless Morph region lays the experts over ep only: a declared ffn split
+    would be a layout the generated code does not run."""
+    split = "aux_loss = 0.01) gate @ [1, 1, tp]"
+    (error,) = errors_of(SPEC.read_text().replace("aux_loss = 0.01)", split))
+    assert error[0] == "MSL210" and "`gate` of dropless moe `ffn2`" in error[1]
+    text = SPEC.read_text().replace("aux_loss = 0.01)", "capacity = 1.0, " + split)
+    assert errors_of(text) == []
+
+
 def test_capacity_work_counts_every_groups_padded_slots_and_the_dispatch():
     """capacity 0.45 on tiny_moe (dp 4: 4 groups of 32 of the 128 tokens, h 64, 4
     experts, top 2, F = S = 32): each expert's slots per group ceil(32 x 2 / 4 x 0.45)
