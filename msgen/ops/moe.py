@@ -95,6 +95,7 @@ class Moe(OpDef):
     # exchanges and, under semi-auto, the Morph region's layouts.
     setting_imports = {
         "permute": (
+            "import hashlib",
             "from functools import cache",
             "import mindspore as ms",
             "from mindspore import Layout",
