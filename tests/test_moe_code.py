@@ -45,6 +45,21 @@ def test_moe_code_computes_its_reference(variant):
     computes_its_reference(variant)
 
 
+def test_the_permuting_moe_computes_its_reference():
+    """tiny_moe_dp (a data-parallel mesh): the dropless op runs the permuting
+    dispatcher (tests/test_moe_permute.py checks its parts), and its network's loss
+    and gradient are numpy's."""
+    model = (emit_fixtures.compiled("tiny_moe_dp") / "model.py").read_text()
+    assert "capacity=None" in model and "def routed(" in model and "devices=(" not in model
+    computes_its_reference("tiny_moe_dp")
+    network, rng = randomised("tiny_moe_dp")
+    tokens, labels = batch("tiny_moe_dp", rng, rows=2)
+    params = {p.name: p.asnumpy() for p in network.get_parameters()}
+    loss = mindspore_loss(network, tokens, labels)
+    expected = ref.forward_loss(plan("tiny_moe_dp"), params, tokens, labels)
+    assert abs(loss - expected) <= tolerance(expected), (loss, expected)
+
+
 def test_moe_code_imports_what_it_uses():
     imports_what_it_uses("tiny_moe")
 
@@ -127,24 +142,32 @@ def test_the_reference_comparison_sees_the_routing(forward, monkeypatch, change)
     assert abs(loss - expected) > 4 * tolerance(expected), (loss, expected)
 
 
-def test_the_strategy_file_lays_the_experts_over_ep(tmp_path):
+@pytest.mark.parametrize("capacity", [None, 0.5])
+def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     """tiny_moe with ep = 2 and zero = 1 (dp 4, tp 2): the experts' device matrix is
-    [ep, dp / ep, tp] = [2, 2, 2], their first dim on ep (device dim 2) and ffn on tp
-    (dim 0); the parallel optimizer slices them over the dp / ep = 2 ranks holding the
-    same experts, tp = 2 ranks apart. The router stays on the stage's [dp, tp], sliced
-    over all dp = 4 ranks (4 KiB of fp32 is under hsdp's 64 KiB threshold: not sliced)."""
+    [ep, dp / ep, tp] = [2, 2, 2], their first dim on ep (device dim 2); with a
+    capacity their ffn dim on tp (dim 0), dropless whole (the Morph region's layout,
+    templates/ops/moe.py.j2 `region`); the parallel optimizer slices them over the
+    dp / ep = 2 ranks holding the same experts, tp = 2 ranks apart. The router stays on
+    the stage's [dp, tp], sliced over all dp = 4 ranks (4 KiB of fp32 is under hsdp's
+    64 KiB threshold: not sliced)."""
     import json
 
     text = emit_fixtures.SPECS["tiny_moe"].read_text()
     text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
     text = text.replace("hidden   = 64", "hidden   = 128")  # gate: 4 * 128 * 32 * 4 B = 64 KiB
     text = text.replace("    seed         = 1234", "    seed         = 1234\n    zero = 1")
+    if capacity:
+        text = text.replace("aux_loss = 0.01", f"capacity = {capacity}, aux_loss = 0.01")
     spec = tmp_path / "tiny_moe.msl"
     spec.write_text(text)
     folder = emit_fixtures.compile_spec(spec, tmp_path / "out")
     items = json.loads((folder / "strategy" / "stage_0.json").read_text())
     layouts = items["parallel_layout_item"]
-    for name, tensor_map in (("gate", [2, -1, 0]), ("up", [2, -1, 0]), ("down", [2, 0, -1])):
+    maps = {"gate": [2, -1, 0], "up": [2, -1, 0], "down": [2, 0, -1]}
+    if capacity is None:
+        maps = dict.fromkeys(maps, [2, -1, -1])
+    for name, tensor_map in maps.items():
         for prefix in ("", "adam_m.", "adam_v."):
             got = layouts[f"{prefix}decoder.1.ffn2.{name}"]
             assert got["dev_matrix"] == [2, 2, 2] and got["tensor_map"] == tensor_map
@@ -164,26 +187,52 @@ def tiny_moe_ep2(tmp_path, monkeypatch):
     return "tiny_moe_ep2"
 
 
-def test_with_ep_the_experts_matmuls_are_split_over_ep_inside_dp(tiny_moe_ep2, monkeypatch):
-    """The instantiated network, as built on Ascend (semi-auto cannot run on the CPU):
-    each moe cell's batched matmuls carry in_strategy ((ep, dp / ep, 1), (ep, 1, tp))
-    and ((ep, dp / ep, tp), (ep, tp, 1)) = ((2, 2, 1), (2, 1, 2)), ((2, 2, 2), (2, 2,
-    1)): every device of the stage (ep * dp / ep * tp = 8) computes its own slice, the
-    tokens over the dp / ep ranks of its group; and every strategy of the network fits
-    its inputs' shapes (the shape-only trace of test_api_check)."""
-    network = instantiate(tiny_moe_ep2, lazy=True, ascend=True, monkeypatch=monkeypatch)
-    calls = trace(network, tiny_moe_ep2, shape_only=True)
-    assert strategy_problems(calls, stage_devices(tiny_moe_ep2)) == []
+def test_with_ep_the_dropless_region_is_laid_over_the_stage(tiny_moe_ep2, monkeypatch):
+    """The instantiated network, as built on Ascend in graph mode (semi-auto cannot run
+    on the CPU): each moe cell runs its dispatcher as a Morph region with
+    self_define_shard, laid over the stage's devices [ep, dp / ep, tp] = [2, 2, 2]: the
+    tokens, their weights and experts split over all 8 (tensor map (2, 1, 0) on their
+    first dim), the experts' matrices over ep (device dim 2) and whole otherwise, the
+    output as the tokens; its experts are GroupedMatmul. The shape-only trace runs the
+    region's body: each rank's share of a micro-batch's 4 * 32 tokens divides evenly,
+    and the grouped matmuls see the routed copies only (128 * top_k 2 = 256 rows,
+    hidden 64 -> ffn 32), never the experts times the tokens."""
+    import sys
+
+    import mindspore as ms
+    from mindspore.nn.utils import no_init_parameters
+    from mindspore.ops.auto_generate import GroupedMatmul
+
+    model = emit_fixtures.load(emit_fixtures.compiled(tiny_moe_ep2), "model")
+    monkeypatch.setitem(sys.modules, model.__name__, model)  # graph mode reads its globals
+    get_context = ms.get_context
+    monkeypatch.setattr(
+        ms, "get_context", lambda key: "Ascend" if key == "device_target" else get_context(key)
+    )
+    before = get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with no_init_parameters():
+            network = emit_fixtures.network_class(model, emit_fixtures.plan_json(tiny_moe_ep2))()
+    finally:
+        ms.set_context(mode=before)
     cells = [cell for _, cell in network.cells_and_names() if type(cell).__name__ == "MoE"]
     assert len(cells) == 2
+    mesh = {"device_matrix": (2, 2, 2), "interleaved_parallel": False,
+            "alias_name": ("ep", "edp", "tp")}  # fmt: skip
+    tokens, experts = mesh | {"tensor_map": ((2, 1, 0), -1)}, mesh | {"tensor_map": (2, -1, -1)}
     for cell in cells:
-        assert cell.inner.in_strategy == ((2, 2, 1), (2, 1, 2))
-        assert cell.outer.in_strategy == ((2, 2, 2), (2, 2, 1))
-        assert cell.tile.in_strategy == ((1, 4, 1),)  # the tokens as the dp ranks hold them
-        assert cell.weigh.in_strategy == ((2, 2, 1), (2, 2, 1))
-        assert cell.expert_sum.in_strategy == ((2, 2, 1),)
-    experts = [c for c in calls if c.path.endswith("ffn2.inner")]
-    assert experts and all(c.shapes[0] == (4, 128, 64) for c in experts)  # [E, tokens, h]
+        region = cell.region
+        assert type(region).__name__ == "Morph" and region.attrs["self_define_shard"]
+        assert region.attrs["in_layout"] == (tokens,) * 3 + (experts,) * 3
+        assert region.attrs["out_layout"] == (tokens,)
+        assert isinstance(cell.gmm, GroupedMatmul)
+        assert cell.swap is None  # no communication initialised: one process's exchange
+    calls = trace(network, tiny_moe_ep2, shape_only=True)
+    regions = [c.shapes[0] for c in calls if c.path.endswith("ffn2.region")]
+    assert regions and all(n % 8 == 0 for n, _ in regions), regions
+    gmm = [c.shapes for c in calls if c.path.endswith("ffn2.gmm")]
+    assert gmm and all(s[0] in ((256, 64), (256, 32)) for s in gmm), gmm
 
 
 def test_the_auxiliary_losses_local_never_takes_an_ops_name(tmp_path, monkeypatch):

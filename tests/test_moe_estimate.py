@@ -56,7 +56,7 @@ EXPERT_STATES = {
 def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep(term):
     """Per device (Megatron-LM's theoretical memory divides expert parameters by ep,
     and its distributed optimizer shards expert states over the expert data-parallel
-    group, dp / ep):
+    group, dp / ep), with a capacity (capacity = 1):
     - gate, up [4, 256, 256] @ [ep, 1, tp] and down [4, 256, 256] @ [ep, tp, 1]:
       2 x 256 x 128 = 65,536 elements each, 256 KiB >= 64 KiB; zero 1 slices their
       first dim (2) over dp / ep = 2: Adam states of 32,768 each. (Over dp = 4 the
@@ -68,17 +68,36 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep(te
     weight its forward AllGather keeps until backward, and its gradient as the slice
     (the AllGather's backward is a ReduceScatter): 4 bytes each; Adam m + v 8 bytes
     per element of the slice."""
-    result = analysed()
+    result = analysed("capacity = 1.0, ")
     states = param_states(
         list(moe_facts(result).params), sizes(result), precision(result.spec), zero=1
     )
     assert getattr(states, term) == EXPERT_STATES[term]
 
 
+def test_dropless_experts_are_whole_over_tp():
+    """Dropless, the generated Morph region keeps each expert whole over tp (its
+    layout (ep, None, None), templates/ops/moe.py.j2 `region`, as mindformers 2.0.0's
+    grouped-matmul path lays its weights): gate, up, down [4, 256, 256] @ [ep, 1, 1]:
+    2 x 256 x 256 = 131,072 elements a device each (twice the capacity path's), zero 1
+    slicing their first dim 2 over dp / ep = 2: 65,536. The router and the shared
+    experts as with a capacity."""
+    result = analysed()
+    params = {p.name: p for p in moe_facts(result).params}
+    assert all(params[m].split == (("ep",), (), ()) for m in ("gate", "up", "down"))
+    states = param_states(list(params.values()), sizes(result), precision(result.spec), zero=1)
+    assert states.params == 1024 + 3 * 131072 + 3 * 32768
+    assert states.weights == 4 * (1024 + 3 * (131072 + 65536) + 3 * (32768 + 8192))
+    assert states.grads == 4 * (1024 + 3 * 65536 + 3 * 8192)
+    assert states.optimizer == 8 * (1024 + 3 * 65536 + 3 * 8192)
+
+
 # What the moe op keeps for backward, per device and micro-batch, in bytes, by hand:
-# fp32 (4 bytes); the device's 32 tokens (128 over dp 4) and their 64 routed copies
-# (top_k 2; with ep 2 a device's experts receive the copies of its ep group, 2 x 64,
-# for 2 of the 4 experts: 64 again); hidden 256; ffn and shared_ffn 256 over tp 2.
+# fp32 (4 bytes); the device's 32 tokens (128 over dp 4, x whole over tp) and their 64
+# routed copies (top_k 2; with ep 2 a device's experts receive the copies of its ep
+# group, 2 x 64, for 2 of the 4 experts: 64 again), of which each tp rank takes its own
+# half into the dropless Morph region: 32; hidden 256; the dropless experts whole over
+# tp (ffn 256), the shared experts' shared_ffn 256 over tp 2.
 ACTIVATION_ROWS = {
     # the input, read by the router's and the shared experts' weight gradients
     "n2": 4 * 32 * 256,
@@ -88,13 +107,13 @@ ACTIVATION_ROWS = {
     "ffn2.topk_weights": 4 * 32 * 2,
     "ffn2.topk_indices": 4 * 32 * 2,
     # the permute buffer: the token copies the experts' first matmuls read
-    "ffn2.permuted": 4 * 64 * 256,
-    # swiglu's two halves and its product [copies, ffn / tp]: down's input and silu's
-    "ffn2.gate": 4 * 64 * 128,
-    "ffn2.up": 4 * 64 * 128,
-    "ffn2.act": 4 * 64 * 128,
+    "ffn2.permuted": 4 * 32 * 256,
+    # swiglu's two halves and its product [copies / tp, ffn]: down's input and silu's
+    "ffn2.gate": 4 * 32 * 256,
+    "ffn2.up": 4 * 32 * 256,
+    "ffn2.act": 4 * 32 * 256,
     # the un-permute buffer: the experts' outputs [copies, hidden] the weighted sum reads
-    "ffn2.expert_out": 4 * 64 * 256,
+    "ffn2.expert_out": 4 * 32 * 256,
     # the shared expert over every token: its halves and product [tokens, shared / tp]
     "ffn2.shared_gate": 4 * 32 * 128,
     "ffn2.shared_up": 4 * 32 * 128,
@@ -117,24 +136,33 @@ def test_each_moe_activation_row_per_device_by_hand(key):
 
 def test_capacity_pads_every_expert_and_imbalance_scales_the_dropless_copies():
     """capacity 0.5: in each of the dp 4 groups of 32 tokens each of 4 experts gets
-    ceil(32 x 2 / 4 x 0.5) = 8 slots, 4 x 4 x 8 = 128 rows in all, 32 per device (half
-    the dropless 64), and the dispatch and combine tensors [32 rows, 32 group tokens]
-    per device; imbalance 1.5 dropless: ceil(256 x 1.5) = 384 rows, 96 per device."""
-    per_row = 4 * (2 * 256 + 3 * 128)  # permuted + expert_out, gate + up + act
+    ceil(32 x 2 / 4 x 0.5) = 8 slots, 4 x 4 x 8 = 128 rows in all, 32 per device
+    (the experts' ffn over tp: gate, up, act 32 x 128), and the dispatch and combine
+    tensors [32 rows, 32 group tokens] per device; imbalance 1.5 dropless: ceil(256 x
+    1.5) = 384 rows, 48 per device (over dp and tp), the experts whole."""
     fixed = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 3 * 32 * 128)
     dispatch = 2 * 4 * 32 * 32
-    for args, rows, extra in (("capacity = 0.5, ", 32, dispatch), ("imbalance = 1.5, ", 96, 0)):
+    padded = ("capacity = 0.5, ", 32 * 4 * (2 * 256 + 3 * 128), dispatch)
+    imbalanced = ("imbalance = 1.5, ", 48 * 4 * (2 * 256 + 3 * 256), 0)
+    for args, rows, extra in (padded, imbalanced):
         result = analysed(args)
         got = sum(saved_bytes(s, sizes(result)) for s in moe_facts(result).saves)
-        assert got == fixed + rows * per_row + extra, args
+        assert got == fixed + rows + extra, args
 
 
 def test_all_to_all_time_by_hand():
-    """Dispatch moves the T k = 256 copies of 256 fp32 values; an ep group holds ep of
-    the dp shards, so it exchanges 256 x 256 x 4 x 2 / 4 = 131,072 bytes; each of its
-    2 ranks sends half of its 65,536 to the other: (n - 1) / n x 65,536 bytes over the
-    intra-server link (ranks 0 and 2: tp-strided), plus one latency step."""
-    result = analysed()
+    """Dispatch moves the T k = 256 copies of 256 fp32 values; with a capacity of 1
+    (the padded slots are the copies' number: 4 groups x 4 experts x ceil(32 x 2 / 4
+    x 1) = 16 slots = 256 rows) an ep group holds ep of the dp shards, so it
+    exchanges 256 x 256 x 4 x 2 / 4 = 131,072 bytes; each of its 2 ranks sends half
+    of its 65,536 to the other: (n - 1) / n x 65,536 bytes over the intra-server link
+    (ranks 0 and 2: tp-strided), plus one latency step. Dropless each tp rank
+    exchanges its own tokens' copies: half that per group."""
+    dropless = analysed()
+    of = moe_facts(dropless)
+    dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
+    assert group_bytes(dispatch, of.layout, sizes(dropless), 4) == 65536
+    result = analysed("capacity = 1.0, ")
     of = moe_facts(result)
     dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
     assert dispatch.kind == "AllToAll" and dispatch.axes == ("ep",)
@@ -164,7 +192,8 @@ def test_the_step_pays_every_all_to_all_of_every_moe_layer_and_micro_batch(recom
     """The step's tensor-parallel communication (hidden and not: the column the
     all-to-all counts in), ep 2 against ep 1 on the same spec: only the moe op's
     all-to-alls differ (its tp all-reduces and every other op's do not depend on ep;
-    the experts' gradient reduction over dp / ep is dp communication). Per moe layer
+    the experts' gradient reduction over dp / ep is dp communication), with a capacity
+    of 1 as in test_all_to_all_time_by_hand. Per moe layer
     and micro-batch: dispatch and combine forward, and their two backward; a recomputed
     layer reruns its forward's two. Each by hand as in test_all_to_all_time_by_hand:
     each of the 2 ranks sends half of its 65,536 bytes to the other over one intra-server
@@ -173,7 +202,7 @@ def test_the_step_pays_every_all_to_all_of_every_moe_layer_and_micro_batch(recom
     one = 0.5 * 65536 / (link.bandwidth * link.efficiency) + link.latency
 
     def tp_comm(ep: int) -> float:
-        result = analysed(ep=ep, recompute=recompute)
+        result = analysed("capacity = 1.0, ", ep=ep, recompute=recompute)
         plan = Plan(result.spec, result.facts)
         (stage,) = step_time(plan, estimate(plan)).stages
         return stage.tp_comm_s + stage.tp_comm_hidden_s

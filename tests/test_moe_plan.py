@@ -7,9 +7,11 @@ tests/specs/tiny_moe.msl (tp, pp and zero pinned with --set, so ep is the lever)
   device with ep = 1 (92 GiB, over the 58 GiB budget), an eighth of that with ep = 8.
   The all-to-all stays inside the server (cheap): ep > 1 is picked.
 - `comm_bound`: two servers of 8, tp 8 inside each, dp 2 across them; 8 small experts
-  (width 1024) fit whole. ep = 2 would only add an all-to-all across the servers (its
-  group spans tp-strided ranks on both), so ep = 1 is picked; ep = 2 layouts fit but
-  rank lower.
+  (width 1024) with a capacity, so split over tp, fit. ep = 2 would only add an
+  all-to-all across the servers (its group spans tp-strided ranks on both), so ep = 1
+  is picked; ep = 2 layouts fit but rank lower. (Dropless the experts are whole on
+  every tp rank, and ep = 2 would halve their gradients' all-reduce across the
+  servers: it is picked then.)
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from msgen.cli import main
 
 TINY_MOE = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
 
 
-def spec(tmp_path, name, hidden, ffn, experts, layers, nodes, dp, tp, heads=4, kv=2) -> Path:
+def spec(tmp_path, name, hidden, ffn, experts, layers, nodes, dp, tp, heads=4, kv=2, extra=""):
     t = TINY_MOE.read_text()
     ips = ", ".join(f'"10.0.0.{i}"' for i in range(1, nodes + 1))
     for old, new in (
@@ -32,7 +36,7 @@ def spec(tmp_path, name, hidden, ffn, experts, layers, nodes, dp, tp, heads=4, k
         ("seq      = 32", "seq      = 512"),
         ("heads    = 4", f"heads    = {heads}"),
         ("kv_heads = 2", f"kv_heads = {kv}"),
-        ("experts = 4, top_k = 2, ffn = ffn, shared_ffn = ffn,", f"experts = {experts}, top_k = 2, ffn = ffn,"),
+        ("experts = 4, top_k = 2, ffn = ffn, shared_ffn = ffn,", f"experts = {experts}, top_k = 2, ffn = ffn, {extra}"),
         ('nodes    = ["127.0.0.1"]', f"nodes    = [{ips}]"),
         ("    dp = 4\n    tp = 2\n", f"    dp = {dp}\n    tp = {tp}\n"),
         ("global_batch = 8 ", f"global_batch = {2 * dp} "),
@@ -63,11 +67,15 @@ def test_plan_picks_ep_when_expert_memory_binds_and_the_all_to_all_is_cheap(tmp_
     assert all(ep(p) > 1 for p in found)  # with ep = 1 the experts do not fit
 
 
-def test_plan_keeps_ep_1_when_the_all_to_all_crosses_servers_for_nothing(tmp_path, capsys):
-    path = spec(tmp_path, "comm_bound", 1024, 1024, 8, 4, nodes=2, dp=2, tp=8, heads=16, kv=8)
+@pytest.mark.parametrize("capacity", [True, False])
+def test_plan_keeps_ep_1_when_the_all_to_all_crosses_servers_for_nothing(
+    tmp_path, capsys, capacity
+):
+    extra = "capacity = 1.0," if capacity else ""
+    path = spec(tmp_path, "comm_bound", 1024, 1024, 8, 4, 2, 2, 8, heads=16, kv=8, extra=extra)
     found = plans(capsys, path, "mesh.tp=8", "mesh.pp=1", "train.zero=0")
-    assert ep(found[0]) == 1
-    assert any(ep(p) == 2 for p in found)  # it was a candidate, and fit
+    assert ep(found[0]) == (1 if capacity else 2)
+    assert any(ep(p) == 2 for p in found) and any(ep(p) == 1 for p in found)
 
 
 def test_a_dense_spec_searches_no_ep(capsys):

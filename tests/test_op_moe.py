@@ -227,8 +227,9 @@ def test_the_load_balancing_loss_is_its_coefficient_when_routing_is_uniform():
     assert abs(z_loss(np.zeros((3, e)), 1.0) - np.log(e) ** 2) < 1e-12
 
 
-def analysed(ep: int = 1):
+def analysed(ep: int = 1, moe_args: str = ""):
     text = SPEC.read_text().replace("    tp = 2\n}", f"    tp = 2\n    ep = {ep}\n}}")
+    text = text.replace("aux_loss = 0.01", moe_args + "aux_loss = 0.01")
     result = analyze_text(text, "spec.msl", SPEC.parent)
     assert result.ok, [d.message for d in result.diagnostics]
     return result
@@ -237,7 +238,9 @@ def analysed(ep: int = 1):
 def test_moe_parameters_are_the_router_and_the_stacked_experts():
     """router [h, E]; gate, up [E, h, F] and down [E, F, h]; the shared expert's
     [h, S], [h, S], [S, h]: the spec's 64 hidden, 4 experts, ffn 32, shared 32. The
-    experts split over tp on ffn, and over ep on their first dim when ep > 1."""
+    experts split over ep on their first dim when ep > 1, and over tp on ffn with a
+    capacity (dropless whole: each tp rank takes tokens of its own); the shared
+    experts over tp either way."""
     of = analysed().facts.graphs["decoder"].ops["ffn2"]
     shapes = {p.name: p.shape for p in of.params}
     assert shapes == {
@@ -251,8 +254,12 @@ def test_moe_parameters_are_the_router_and_the_stacked_experts():
     }
     splits = {p.name: p.split for p in of.params}
     assert splits["router"] == ((), ())
-    assert splits["gate"] == ((), (), ("tp",)) and splits["down"] == ((), ("tp",), ())
+    assert splits["gate"] == splits["down"] == ((), (), ())
+    assert splits["shared_up"] == ((), ("tp",))
     of = analysed(ep=2).facts.graphs["decoder"].ops["ffn2"]
+    splits = {p.name: p.split for p in of.params}
+    assert splits["gate"] == splits["down"] == (("ep",), (), ())
+    of = analysed(ep=2, moe_args="capacity = 1.0, ").facts.graphs["decoder"].ops["ffn2"]
     splits = {p.name: p.split for p in of.params}
     assert splits["gate"] == (("ep",), (), ("tp",)) and splits["down"] == (("ep",), ("tp",), ())
     assert splits["router"] == ((), ()) and splits["shared_up"] == ((), ("tp",))
@@ -312,6 +319,16 @@ def test_a_split_router_is_msl210():
     text = SPEC.read_text().replace("aux_loss = 0.01)", "aux_loss = 0.01) router @ [1, tp]")
     (error,) = errors_of(text)
     assert error[0] == "MSL210" and "`router` of moe `ffn2` cannot be split" in error[1]
+
+
+def test_a_dropless_expert_split_over_tp_is_msl210_and_with_a_capacity_is_kept():
+    """The dropless Morph region lays the experts over ep only: a declared ffn split
+    would be a layout the generated code does not run."""
+    split = "aux_loss = 0.01) gate @ [1, 1, tp]"
+    (error,) = errors_of(SPEC.read_text().replace("aux_loss = 0.01)", split))
+    assert error[0] == "MSL210" and "`gate` of dropless moe `ffn2`" in error[1]
+    text = SPEC.read_text().replace("aux_loss = 0.01)", "capacity = 1.0, " + split)
+    assert errors_of(text) == []
 
 
 def test_capacity_work_counts_every_groups_padded_slots_and_the_dispatch():

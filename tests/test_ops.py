@@ -91,7 +91,12 @@ def shell_names(name: str) -> set[str]:
     top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
     helpers = {h for op in OPS.values() for h in op.helpers}
-    every = {"flash": True, "dropout": True, "qk_norm": True}  # all a fragment can define
+    every = {
+        "flash": True,
+        "dropout": True,
+        "qk_norm": True,
+        "permute": True,
+    }  # all a fragment can define
     return top - set().union(*(names(fragment(h, every))[1] for h in helpers))
 
 

@@ -72,6 +72,7 @@ def context(spec: Spec, tied: dict[str, Param] | None = None) -> Context:
         dims=dict(spec.model.dims),
         dtype_bytes=DTYPE_BYTES[spec.model.dtype],
         tied=tied if tied is not None else {},
+        semi_auto=spec.semi_auto,
     )
 
 

@@ -33,12 +33,9 @@ def rehearsal_sets(path: Path, sets: list[str]) -> tuple[list[str], list[str]]:
     # The CPU computes in fp32 (its LayerNorm and MatMul kernels take no bf16); the
     # loss scale is pinned first, since its default follows the dtype.
     fp32 = {"train.loss_scale": spec.loss_scale, "model.dtype": "fp32", "model.param_dtype": "fp32"}
-    if spec.model.dtype.value != "fp32" or spec.model.param_dtype.value != "fp32":
-        if checks(fp32):
-            chosen |= fp32
-            changes.append(
-                f"dtype {spec.model.dtype.value} → fp32 (loss_scale {spec.loss_scale} kept)"
-            )
+    wide = spec.model.dtype.value != "fp32" or spec.model.param_dtype.value != "fp32"
+    if wide and checks(fp32):
+        chosen |= fp32
     # The fewest micro-batches that still accumulate (each is one more copy of the
     # network in the step's graph), one sequence each per replica.
     given = spec.micro_batches
@@ -70,4 +67,10 @@ def rehearsal_sets(path: Path, sets: list[str]) -> tuple[list[str], list[str]]:
             chosen[f"model.{key}"] = value
         if value != start:
             changes.append(f"{key} {start} → {value}")
+    if wide and "model.dtype" not in chosen and checks(chosen | fp32):
+        chosen |= fp32  # fp32 at the full dims was over the budget; at these it fits
+    if "model.dtype" in chosen:
+        changes.insert(
+            0, f"dtype {spec.model.dtype.value} → fp32 (loss_scale {spec.loss_scale} kept)"
+        )
     return [f"{k}={v}" for k, v in chosen.items()], changes

@@ -20,10 +20,11 @@ not split over dp is further split along dim 0 over the dp ranks (hsdp's default
 CreateGroupForOptShard).
 
 The experts of a `moe` op are split over ep on their first dim: their ops' strategies
-name `(ep, dp / ep, ...)` (msgen/ops/moe.py), so their device matrix is
-`[ep, dp / ep, tp]` (rank `(ep_index * dp / ep + edp_index) * tp + tp_index`, the
-same ranks as the stage's `[dp, tp]`), ep mapping to device dim 2 and tp to 0; the
-parallel optimizer shards them over the dp / ep ranks that hold the same experts.
+(with a capacity) and the dropless Morph region's layouts name `(ep, dp / ep, ...)`
+(msgen/ops/moe.py), so their device matrix is `[ep, dp / ep, tp]` (rank `(ep_index *
+dp / ep + edp_index) * tp + tp_index`, the same ranks as the stage's `[dp, tp]`), ep
+mapping to device dim 2 and tp to 0; the parallel optimizer shards them over the dp /
+ep ranks that hold the same experts.
 """
 
 from __future__ import annotations

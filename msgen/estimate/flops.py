@@ -31,9 +31,11 @@ def op_work(of: OpFacts, ctx: Context) -> Work:
 
 def sharing(layout: Layout, sizes: dict[str, int]) -> int:
     """How many devices share an op's work: the mesh axes its layout splits
-    anything over (a layernorm that tp does not split runs whole on every tp rank)."""
+    anything over or its work within (a layernorm that tp does not split runs whole
+    on every tp rank)."""
     axes = {a for split in (*layout.inputs, layout.output) for dim in split for a in dim}
     axes |= {a for p in layout.params for dim in p.split for a in dim}
+    axes |= set(layout.within)
     if "dp" in axes:
         axes.discard("ep")  # ep is inside dp: its ranks share the dp ranks' tokens
     return prod(sizes.get(a, 1) for a in axes)

@@ -100,8 +100,9 @@ class Machine:
 
 def group_bytes(c: Collective, layout: Layout, sizes: dict[str, int], itemsize: int) -> float:
     """Bytes of the tensor one group of the collective's axes handles: its logical
-    elements over the other axes the op splits things over."""
+    elements over the other axes the op splits things over (its work `within` too)."""
     axes = {a for split in (*layout.inputs, layout.output) for dim in split for a in dim}
+    axes |= set(layout.within)
     others = prod(sizes.get(a, 1) for a in axes - set(c.axes))
     if "ep" in c.axes and "dp" in axes:
         others //= sizes.get("ep", 1)  # an ep group is ep of the dp ranks

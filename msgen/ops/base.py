@@ -106,6 +106,9 @@ class Layout:
     output: Split
     params: tuple[Param, ...] = ()
     collectives: tuple[Collective, ...] = ()
+    # Mesh axes that split the op's work inside it beyond what its tensors' splits say
+    # (a region that hands each tp rank tokens of its own: the dropless moe).
+    within: tuple[str, ...] = ()
 
 
 class OpError(Exception):
@@ -128,6 +131,7 @@ class Context:
     dims: dict[str, int]
     dtype_bytes: int
     tied: dict[str, Param] = field(default_factory=dict)  # op name -> its table
+    semi_auto: bool = False  # Spec.semi_auto: the ranks run semi-auto parallel
 
 
 def whole(rank: int) -> Split:

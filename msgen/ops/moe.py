@@ -11,10 +11,15 @@ and mindformers 2.0.0 (parallel_core/transformer_config.py); docs/language.md
 names each.
 
 Expert weights are stacked [experts, ...] and split over `ep` on that dim (each
-expert-parallel rank holds experts / ep of them) and over `tp` on their ffn dim
-(expert tensor parallelism = tp, Megatron's default); tokens go to and come back
-from their experts' ranks by an AllToAll over `ep` (dispatch and combine, forward
-and backward).
+expert-parallel rank holds experts / ep of them); tokens go to and come back from
+their experts' ranks by an AllToAll over `ep` (dispatch and combine, forward and
+backward). With a capacity the experts' ffn dim is split over `tp` (expert tensor
+parallelism = tp, Megatron's default). Dropless the generated cell is a permuting
+dispatcher (Megatron-LM's moe_utils.py permute / unpermute, mindformers 2.0.0's
+MoEAlltoAllTokenDispatcher), under semi-auto one Morph region laid as mindformers'
+FFNGroupedGEMM lays it (transformer/moe/ffn.py): every device of the stage, tp ranks
+included, takes its own tokens, and each expert is whole over tp; the memory, work
+and collectives here count it so (`expert_ffn_axes`, `Layout.within`).
 
 With a capacity the cell dispatches GShard's way (Lepikhin et al. 2020): per
 data-parallel group, a 0/1 dispatch tensor gathers each expert's slots and the
@@ -46,6 +51,7 @@ from msgen.ops.base import (
     tensor_bytes,
 )
 from msgen.ops.linear import without
+from msgen.ops.moe_rows import devices, expert_ffn_axes, expert_rows, groups, imbalance, tokens
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
@@ -57,39 +63,6 @@ SHARED = {
     "swiglu": ("shared_gate", "shared_up", "shared_down"),
     "gelu": ("shared_up", "shared_down"),
 }
-
-
-def tokens(node, x_shape) -> int:
-    return prod(x_shape[:-1])
-
-
-def groups(ctx) -> int:
-    """GShard's groups of a capacity: one per data-parallel rank (dp = ep x dp / ep),
-    each filling its experts' slots from its own tokens, as Megatron-LM's ranks do."""
-    return ctx.mesh_sizes.get("dp", 1)
-
-
-def slots(node, group_tokens: int) -> int:
-    """Each expert's slots in a group: ceil(group tokens * top_k / experts * factor)
-    (Megatron-LM's `get_capacity`), never more than the group's tokens (a token
-    chooses an expert once); the generated cell computes the same
-    (templates/ops/moe.py.j2 `MoE.slots`)."""
-    e, k = node.args["experts"], node.args["top_k"]
-    return min(group_tokens, ceil(group_tokens * k / e * node.args["capacity"]))
-
-
-def expert_rows(node, n_tokens: int, ctx) -> int:
-    """Rows the experts compute over, all experts together: the token copies
-    (tokens * top_k, dropless) or, with a capacity factor, every expert padded to its
-    slots in every group (the static shape graph mode compiles)."""
-    if node.args.get("capacity") is None:
-        return n_tokens * node.args["top_k"]
-    g = groups(ctx)
-    return g * node.args["experts"] * slots(node, n_tokens // g)
-
-
-def imbalance(node) -> float:
-    return float(node.args.get("imbalance", 1.0))
 
 
 class Moe(OpDef):
@@ -117,25 +90,36 @@ class Moe(OpDef):
         "from mindspore import Parameter, Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
+    # Dropless, the permuting dispatcher: GroupedMatmul on Ascend, where the device
+    # target picks it (templates/ops/moe.py.j2 MoE.grouped), the ep group's
+    # exchanges and, under semi-auto, the Morph region's layouts.
+    setting_imports = {
+        "permute": (
+            "import hashlib",
+            "from functools import cache",
+            "import mindspore as ms",
+            "from mindspore import Layout",
+            "from mindspore.communication import GlobalComm, create_group, get_rank",
+            "from mindspore.ops.auto_generate import GroupedMatmul",
+        )
+    }
     inits = {p: "normal" for p in params}
     decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
     expert_params = frozenset(("gate", "up", "down"))
 
     def strategies(self, node, layout, ctx):
-        """The experts' batched matmuls: the tokens tiled per expert [experts, tokens,
+        """With a capacity, the experts' batched matmuls over [experts, groups * slots,
         hidden] times [experts, hidden, ffn], split over ep on the experts, over the
-        dp / ep ranks of an ep group on the tokens (each rank computes its own share of
-        its experts' tokens: the redistribution from the tokens' dp split is the
-        dispatch AllToAll) and over tp on ffn; then back over tp.
-
+        dp / ep ranks of an ep group on the slots (the redistribution from the groups'
+        dp split is the dispatch AllToAll) and over tp on ffn; then back over tp.
         Semi-auto parallel emits that redistribution as an AllToAll: the AutoParallel
         wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
-        `_enable_alltoall = True`, handed to the context by parallel/_utils.py). The
-        batched matmul is the path the CPU runs too; GroupedMatmul takes tuple-in-tuple
-        strategies under semi-auto (parallel/_utils.py SUPPORTED_TUPLE_IN_TUPLE_STRATEGY),
-        but mindformers 2.0.0 drives it from a token dispatcher of its own
-        (parallel_core/training_graph/transformer/moe/ffn.py), which this does not
-        emit."""
+        `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
+        Dropless, the cell's Morph region carries its own layouts over the stage's
+        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe.py.j2 `region`): no
+        roles."""
+        if node.args.get("capacity") is None:
+            return ()
         sizes = ctx.mesh_sizes
         ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
         edp = sizes.get("dp", 1) // ep
@@ -156,9 +140,15 @@ class Moe(OpDef):
             "norm_topk": self.arg(node, "norm_topk"),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
+            "permute": capacity is None,
+            "devices": devices(ctx) if capacity is None and ctx.semi_auto else None,
             "aux_loss": float(self.arg(node, "aux_loss")),
             "z_loss": float(self.arg(node, "z_loss")),
         }
+
+    def helper_values(self, ops):
+        # The MoE cell has the permuting dispatcher when some op of the model permutes.
+        return {"permute": any(op.setting("permute") for op in ops)}
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -167,9 +157,12 @@ class Moe(OpDef):
         make = (
             f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
             f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
-            f"capacity={s('capacity')!r}, by_position={s('by_position')}, "
-            f"inner={op.strategy('inner')}, outer={op.strategy('outer')}"
+            f"capacity={s('capacity')!r}, by_position={s('by_position')}"
         )
+        if s("capacity") is not None:
+            make += f", inner={op.strategy('inner')}, outer={op.strategy('outer')}"
+        elif s("devices"):
+            make += f", devices={s('devices')}"
         aux = s("aux_loss") > 0 or s("z_loss") > 0
         if aux:
             make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
@@ -210,9 +203,12 @@ class Moe(OpDef):
 
     def layout(self, node, inputs, out_shape, ctx):
         """The hidden dim whole (the router and the experts read all of it), the
-        experts' dim over ep, their ffn dim over tp: the down projections give a
-        partial sum over tp, all-reduced (reduce-scattered under sequence
-        parallelism, as linear does)."""
+        experts' dim over ep. With a capacity their ffn dim over tp: the down
+        projections give a partial sum over tp, all-reduced (reduce-scattered under
+        sequence parallelism, as linear does). Dropless the experts are whole over tp
+        and each tp rank takes tokens of its own into the Morph region (its work split
+        over tp `within`), whose output is gathered over tp again; the shared experts
+        stay split over tp, their partial sum all-reduced."""
         (x,) = inputs
         e, ep = node.args["experts"], ctx.mesh_sizes.get("ep", 1)
         if e % ep:
@@ -225,15 +221,26 @@ class Moe(OpDef):
             )
         shapes = self.param_shapes(node, [x.shape], ctx)
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        expert_axes = expert_ffn_axes(node, ctx)
         ep_axes = ("ep",) if ep > 1 else ()
+        dropless = node.args.get("capacity") is None
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
         for name, shape in shapes.items():
             if name == "router":
                 continue
-            default = (ep_axes, (), ffn_axes) if len(shape) == 3 else ((), ffn_axes)
+            default = (ep_axes, (), expert_axes) if len(shape) == 3 else ((), ffn_axes)
             if name.endswith("down"):
                 default = default[:-2] + (default[-1], default[-2])
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
+            if dropless and len(shape) == 3 and split != default:
+                raise OpError(
+                    "MSL210",
+                    f"`{name}` of dropless moe `{node.name}` is split over ep on its experts "
+                    "and whole otherwise: the permuting dispatcher gives each tp rank "
+                    "tokens of its own instead",
+                    name,
+                    f"drop `{name} @ [...]`, or give the moe a capacity",
+                )
             params.append(Param(name, shape, split))
         if params[0].split != ((), ()):
             raise OpError(
@@ -247,25 +254,48 @@ class Moe(OpDef):
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
         rows = expert_rows(node, tokens(node, x.shape), ctx)
-        if node.args.get("capacity") is None:
+        if dropless:
             rows = ceil(rows * imbalance(node))
         moved = rows * x.shape[-1]
-        collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
+        if not dropless:
+            collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
+        else:
+            collectives = ()
+            if self.arg(node, "shared_ffn"):
+                collectives = partial_sum(out, ffn_axes, prod(out_shape), "shared output")
+            if ffn_axes and not any(ffn_axes == s for s in out[:-1]):
+                collectives += (Collective("AllGather", ffn_axes, prod(out_shape), "output"),)
         if ctx.mesh_sizes.get("ep", 1) > 1:
             collectives = (
                 Collective("AllToAll", ("ep",), moved, "dispatch"),
                 Collective("AllToAll", ("ep",), moved, "combine"),
             ) + collectives
-        return Layout(inputs=(need,), output=out, params=tuple(params), collectives=collectives)
+        within = ffn_axes if dropless else ()
+        return Layout(
+            inputs=(need,), output=out, params=tuple(params), collectives=collectives,
+            within=within,
+        )  # fmt: skip
 
     def backward_collectives(self, node, inputs, layout, ctx):
         """The gradients retrace the tokens' way: combine's AllToAll backward is a
-        dispatch, dispatch's a combine; the input gradient of the column-parallel
-        gate/up is a partial sum over tp."""
+        dispatch, dispatch's a combine. With a capacity the input gradient of the
+        column-parallel gate/up is a partial sum over tp. Dropless, the output's
+        AllGather over tp comes back as a ReduceScatter, and the tp ranks' token
+        slices' input gradients are gathered (the shared experts' partial sum
+        all-reduced)."""
         back = tuple(c for c in layout.collectives if c.kind == "AllToAll")
         tp = tuple(a for a in ("tp",) if ctx.mesh_sizes.get(a, 1) > 1)
-        if tp:
-            back += (Collective("AllReduce", tp, prod(inputs[0].shape), "input gradient"),)
+        if not tp:
+            return back
+        x = prod(inputs[0].shape)
+        if node.args.get("capacity") is not None:
+            return back + (Collective("AllReduce", tp, x, "input gradient"),)
+        for c in layout.collectives:
+            if c.kind == "AllGather":
+                back += (Collective("ReduceScatter", tp, c.elements, "output gradient"),)
+        back += (Collective("AllGather", tp, x, "input gradient"),)
+        if self.arg(node, "shared_ffn"):
+            back += (Collective("AllReduce", tp, x, "shared input gradient"),)
         return back
 
     def saves(self, node, inputs, output, ctx):
@@ -275,7 +305,8 @@ class Moe(OpDef):
         the permuted token copies [rows, hidden] (the experts' matmul input), each
         gated half and the activation [rows, ffn], and the experts' outputs
         [rows, hidden] (the un-permute buffer: the weights' gradient reads it);
-        rows are `expert_rows` times the load imbalance when dropless. With a
+        rows are `expert_rows` times the load imbalance when dropless, where each tp
+        rank takes its own share of them and the experts' ffn dim is whole. With a
         capacity, the dispatch tensor and the combine tensor (dispatch times the
         router weights) [rows, group tokens] in the compute dtype: the backward of the
         batched matmuls that gather and scatter the slots reads them. The shared
@@ -288,9 +319,12 @@ class Moe(OpDef):
         rows = expert_rows(node, n, ctx)
         if node.args.get("capacity") is None:
             rows = ceil(rows * imbalance(node))
-        row_split = (tuple(a for dim in lead for a in dim), ())
-        tok_split = (row_split[0], ())
+        tok_split = (tuple(a for dim in lead for a in dim), ())
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        expert_axes = expert_ffn_axes(node, ctx)
+        row_split = tok_split
+        if expert_axes != ffn_axes and "tp" not in tok_split[0]:
+            row_split = (tok_split[0] + ffn_axes, ())  # the dropless region's tp shares
         experts, shared = self.matrices(node)
         saved = [
             saved_operand(node.inputs[0].name, x),
@@ -299,7 +333,7 @@ class Moe(OpDef):
             Saved(f"{name}.topk_indices", (n, k), tok_split, INDEX, "internal"),
             Saved(f"{name}.permuted", (rows, h), row_split, item, "internal"),
         ]
-        ffn_split = (row_split[0], ffn_axes)
+        ffn_split = (row_split[0], expert_axes)
         for m in experts[:-1]:
             saved.append(Saved(f"{name}.{m}", (rows, f), ffn_split, item, "internal"))
         if len(experts) == 3:
