@@ -121,7 +121,7 @@ def test_with_auxiliary_losses_the_ranks_stay_one_replica(dp_runs):
     for mine, theirs in zip(*logs, strict=True):
         assert float(mine["loss"]) == float(theirs["loss"])  # the replicas' mean
         assert mine["aux_loss"] == theirs["aux_loss"]
-    train, spec_plan = emit_fixtures.load(aux, "train"), plan_of((aux.parent / "aux.msl").read_text())  # fmt: skip
+    train, spec_plan = emit_fixtures.load(aux, "train"), plan_of((aux.parent.parent / "aux.msl").read_text())  # fmt: skip
     for step in range(2, DP_STEPS + 1):
         params = checkpoint(aux / "msrun" / "rank_0" / f"step_{step - 1:08d}.ckpt")
         own = []
