@@ -114,3 +114,21 @@ def test_the_rehearsal_logs_the_standalone_aux_loss(runs):
     assert logged_aux(folder, "rehearse") == pytest.approx(
         logged_aux(folder, "standalone"), rel=LOGGED
     )
+
+
+def test_the_record_sits_with_the_loss_on_an_interleaved_pipeline(tmp_path):
+    """With virtual stages the cell that adds and records the auxiliary losses runs
+    where the loss is computed: the output op's stage and chunk (pipeline_segment)."""
+    text = spec_with_pp2(tmp_path).read_text().replace("layers   = 2", "layers   = 4")
+    text = text.replace(
+        "micro_batches = 2", "micro_batches = 2\n    schedule = interleaved(chunks = 2)"
+    )
+    (tmp_path / "tiny_moe.msl").write_text(text)
+    model = (compile_spec(tmp_path / "tiny_moe.msl", tmp_path / "out") / "model.py").read_text()
+    placed = {
+        attr: [
+            line.split(" = ")[1] for line in model.splitlines() if f"self.{attr}.pipeline_" in line
+        ]
+        for attr in ("output", "add_aux")
+    }
+    assert placed["add_aux"] == placed["output"] == ["1", "1"]
