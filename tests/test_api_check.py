@@ -392,7 +392,7 @@ SHAPE_ONLY = {
     "TopK": lambda prim, x, k: (Shaped((*x.shape[:-1], k)), Shaped((*x.shape[:-1], k))),
     **dict.fromkeys(("ReduceMean", "ReduceMax", "ReduceSum"), _reduce),
     "Select": lambda prim, cond, x, y: Shaped(x.shape),
-    "Assign": lambda prim, variable, value: Shaped(variable.shape),
+    "AssignAdd": lambda prim, variable, value: Shaped(variable.shape),
     **dict.fromkeys(ELEMENTWISE, _broadcast),
     "MatMul": _matmul,
     "BatchMatMul": _batch_matmul,

@@ -17,6 +17,7 @@ import pytest
 from tests import emit_fixtures
 from tests import reference_numpy as ref
 from tests.emit_fixtures import SPECS, compile_spec, plan
+from tests.test_moe_aux_log import LOGGED, micro_batch_losses
 from tests.test_multirank import checkpoint, finish, log_rows, msrun, standalone
 from tests.test_rehearsal import STEPS as REHEARSED
 from tests.test_rehearsal import (
@@ -62,6 +63,8 @@ def dp_runs(tmp_path_factory):
     text = (
         SPECS["tiny_moe_dp"].read_text().replace("shared_ffn = ffn)", f"shared_ffn = ffn, {AUX})")
     )
+    every = f"    seed         = 1234\n    checkpoint = every 1 keep {DP_STEPS}"
+    text = text.replace("    seed         = 1234", every)
     (root / "aux.msl").write_text(text)
     aux = compile_spec(root / "aux.msl", root / "aux")
     model = (aux / "model.py").read_text()
@@ -103,18 +106,33 @@ def test_two_data_parallel_ranks_train_as_the_standalone_run(dp_runs):
 
 @pytest.mark.slow
 def test_with_auxiliary_losses_the_ranks_stay_one_replica(dp_runs):
-    """With auxiliary losses each rank logs its own tokens' (they differ), and the
-    gradient reduction still leaves both ranks with the same weights, moved."""
+    """With auxiliary losses each rank computes its own tokens', and the gradient
+    reduction still leaves both ranks with the same weights, moved. Both log as
+    aux_loss the replicas' mean of their micro-batches' mean, as the loss, which
+    Megatron-LM's reduce_aux_losses_tracker_across_ranks averages over dp too: the
+    numpy reference on each rank's micro-batches (tests/test_moe_aux_log.py) from the
+    weights each step started from; the ranks' own means differ from it."""
     _, aux = dp_runs
     ranks = [checkpoint(aux / "msrun" / f"rank_{r}" / f"step_{DP_STEPS:08d}.ckpt") for r in (0, 1)]  # fmt: skip
     for name in ranks[0]:
-        if not name.endswith(".aux_value"):
+        if name != "add_aux.total":  # each rank's own sum
             np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)
     logs = [log_rows(aux / "msrun" / f"rank_{r}" / "log.csv") for r in (0, 1)]
     for mine, theirs in zip(*logs, strict=True):
         assert float(mine["loss"]) == float(theirs["loss"])  # the replicas' mean
-        assert float(mine["aux_loss"]) > 0 and float(theirs["aux_loss"]) > 0
-    assert any(a["aux_loss"] != b["aux_loss"] for a, b in zip(*logs, strict=True))
+        assert mine["aux_loss"] == theirs["aux_loss"]
+    train, spec_plan = emit_fixtures.load(aux, "train"), plan_of((aux.parent.parent / "aux.msl").read_text())  # fmt: skip
+    for step in range(2, DP_STEPS + 1):
+        params = checkpoint(aux / "msrun" / "rank_0" / f"step_{step - 1:08d}.ckpt")
+        own = []
+        for rank in (0, 1):
+            tokens, labels = next(train.synthetic_batches(2, rank, step - 1))
+            sums = micro_batch_losses(spec_plan, params, tokens, labels, train.MICRO_BATCHES)
+            own.append(float(np.mean(sums)))
+        expected = float(np.mean(own))
+        assert abs(own[0] - own[1]) > 20 * LOGGED * expected, own  # the mean is not a rank's
+        logged = float(logs[0][step - 1]["aux_loss"])
+        assert abs(logged - expected) <= LOGGED * expected, (step, logged, own)
 
 
 def test_the_router_gradient_includes_the_auxiliary_losses():
@@ -167,8 +185,9 @@ def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path, pp):
     passed from stage to stage, added on the last): what a rank builds (the reducer,
     the micro-step mirror over the experts' accumulation buffers) on one CPU process
     trains step by step as `--standalone` does (tests/test_rehearsal.py's oracle), and
-    the rehearsal's record holds the experts whole, each with its moments and buffer.
-    With pp = 2 log.csv's aux_loss is empty (the values live on their stages)."""
+    the rehearsal's record holds the experts whole, each with its moments and buffer,
+    and logs the stand-alone run's aux_loss (with pp = 2 too: the last stage holds the
+    sum over every stage's layers)."""
 
     text = SPECS["tiny_moe"].read_text()
     text = text.replace("    tp = 2\n}", f"    tp = 2\n    pp = {pp}\n    ep = 2\n}}")
@@ -187,8 +206,12 @@ def test_a_rehearsal_with_ep_trains_as_standalone(tmp_path, pp):
     for prefix in ("", "adam_m.", "adam_v.", "accu_grads."):
         assert params[f"{prefix}decoder.1.ffn2.gate"] == [4, 64, 32]
         assert params[f"{prefix}decoder.1.ffn2.down"] == [4, 32, 64]
-    aux = [r["aux_loss"] for r in log_rows(folder / "output_rehearse" / "rank_0" / "log.csv")]
-    assert all(a == "" for a in aux) if pp > 1 else all(float(a) > 0 for a in aux)
+    aux = {
+        mode: [float(r["aux_loss"]) for r in log_rows(folder / f"output_{mode}" / "rank_0" / "log.csv")]  # fmt: skip
+        for mode in ("rehearse", "standalone")
+    }
+    assert all(a > 0 for a in aux["rehearse"])
+    assert aux["rehearse"] == pytest.approx(aux["standalone"], rel=LOGGED)
 
 
 @pytest.mark.slow

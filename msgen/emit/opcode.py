@@ -133,21 +133,21 @@ def layer_code(layer: LayerSpec, ctx: ModelContext) -> CellCode:
 
 def network_code(ctx: ModelContext) -> CellCode:
     """The network's cell; with auxiliary losses, their sum starts at zero and is
-    added to the loss (on the last stage: an Apply cell, as any network op)."""
+    added to the loss and recorded for the log (model.py's AuxLosses) where the loss
+    is, on the last stage."""
     code = _cell_code(ctx.network.ops, ctx, network=True)
     if not code.aux:
         return code
     out = ctx.network.output
-    init, helpers = list(code.init), set(code.helpers)
+    init = [*code.init, "self.add_aux = AuxLosses()"]
     if ctx.pp > 1:
-        stage = next(op.stage for op in ctx.network.ops if op.name == out)
-        init += ["self.add_aux = Apply(ops.Add())", f"self.add_aux.pipeline_stage = {stage}"]
-        helpers.add("apply")
-    else:
-        init.append("self.add_aux = ops.Add()")
+        last = next(op for op in ctx.network.ops if op.name == out)
+        init.append(f"self.add_aux.pipeline_stage = {last.stage}")
+        if ctx.chunks > 1:
+            init.append(f"self.add_aux.pipeline_segment = {last.segment}")
     construct = (
         "aux = Tensor(0.0, mstype.float32)",
         *code.construct,
         f"{out} = self.add_aux({out}, aux)",
     )
-    return CellCode(tuple(init), construct, frozenset(helpers), True)
+    return CellCode(tuple(init), construct, code.helpers | {"aux_losses"}, True)
