@@ -266,9 +266,11 @@ class Moe(OpDef):
             if ffn_axes and not any(ffn_axes == s for s in out[:-1]):
                 collectives += (Collective("AllGather", ffn_axes, prod(out_shape), "output"),)
         if ctx.mesh_sizes.get("ep", 1) > 1:
+            # exposed: the experts' matmuls wait for the dispatch, the next op for the
+            # combine, and the generated code overlaps neither with other work
             collectives = (
-                Collective("AllToAll", ("ep",), moved, "dispatch"),
-                Collective("AllToAll", ("ep",), moved, "combine"),
+                Collective("AllToAll", ("ep",), moved, "dispatch", exposed=True),
+                Collective("AllToAll", ("ep",), moved, "combine", exposed=True),
             ) + collectives
         within = ffn_axes if dropless else ()
         return Layout(
@@ -278,7 +280,8 @@ class Moe(OpDef):
 
     def backward_collectives(self, node, inputs, layout, ctx):
         """The gradients retrace the tokens' way: combine's AllToAll backward is a
-        dispatch, dispatch's a combine. With a capacity the input gradient of the
+        dispatch, dispatch's a combine, exposed as forward's (no expert's backward
+        starts before the first, the input gradient leaves after the second). With a capacity the input gradient of the
         column-parallel gate/up is a partial sum over tp. Dropless, the output's
         AllGather over tp comes back as a ReduceScatter, and the tp ranks' token
         slices' input gradients are gathered (the shared experts' partial sum
