@@ -211,11 +211,12 @@ def test_the_step_pays_every_all_to_all_of_every_moe_layer_and_micro_batch(recom
     assert abs(got - 2 * 2 * exchanges * one) < 1e-12 * got
 
 
-# One exchange, by hand as in test_all_to_all_time_by_hand: each of the ep group's 2
-# ranks sends half of its bytes to the other (ranks 0 and 2, tp-strided: one HCCS link of
-# 56 GB/s x 0.33 inside the server), plus one latency step of 10 us. With a capacity of
-# 1 a rank's share is 65,536 bytes; dropless each tp rank exchanges its own tokens'
-# copies: 32,768.
+# One exchange, by hand as in test_all_to_all_time_by_hand: the T k = 256 token copies of
+# 256 fp32 values, 262,144 bytes, are the dp 4 ranks'; an ep group holds 2 of them,
+# 131,072 bytes, 65,536 a rank (a capacity of 1 pads to the same 256 rows); dropless each
+# tp rank exchanges only its own tokens' copies, 32,768. Each of the group's 2 ranks
+# sends half of its share to the other (ranks 0 and 2, tp-strided: one HCCS link of
+# 56 GB/s x 0.33 inside the server), plus one latency step of 10 us.
 HCCS = 56e9 * 0.33
 ONE_EXCHANGE = {"capacity = 1.0, ": 0.5 * 65536 / HCCS + 10e-6, "": 0.5 * 32768 / HCCS + 10e-6}
 
