@@ -224,7 +224,9 @@ CODES: dict[str, tuple[str, str]] = {
         "A split entry is not a mesh axis, a product of axes, or `1`, or it splits a dim the "
         "op needs whole (norm weights, a moe router), or it names `ep` anywhere but the "
         "experts' dim (the first) of a moe op's stacked experts: the generated code splits "
-        "only that dim over ep.",
+        "only that dim over ep. A split declared on a moe op's stacked experts must be the "
+        "one the generated code runs (with a capacity the experts over ep and the ffn dim "
+        "over tp; dropless the experts over ep, each whole): the message names it.",
     ),
     "MSL211": (
         "ep does not divide dp",

@@ -211,6 +211,49 @@ def test_the_step_pays_every_all_to_all_of_every_moe_layer_and_micro_batch(recom
     assert abs(got - 2 * 2 * exchanges * one) < 1e-12 * got
 
 
+# One exchange, by hand as in test_all_to_all_time_by_hand: the T k = 256 token copies of
+# 256 fp32 values, 262,144 bytes, are the dp 4 ranks'; an ep group holds 2 of them,
+# 131,072 bytes, 65,536 a rank (a capacity of 1 pads to the same 256 rows); dropless each
+# tp rank exchanges only its own tokens' copies, 32,768. Each of the group's 2 ranks
+# sends half of its share to the other (ranks 0 and 2, tp-strided: one HCCS link of
+# 56 GB/s x 0.33 inside the server), plus one latency step of 10 us.
+HCCS = 56e9 * 0.33
+ONE_EXCHANGE = {"capacity = 1.0, ": 0.5 * 65536 / HCCS + 10e-6, "": 0.5 * 32768 / HCCS + 10e-6}
+
+
+@pytest.mark.parametrize("moe_args", sorted(ONE_EXCHANGE))
+@pytest.mark.parametrize("recompute, exchanges", [("none", 4), ("full", 6)])
+def test_the_step_pays_the_all_to_alls_exposed(moe_args, recompute, exchanges):
+    """Nothing hides an all-to-all: the experts' matmuls wait for the dispatch and the
+    next op for the combine, backward alike (the combine's backward before any
+    expert's, the dispatch's before the input gradient leaves), and the generated
+    code overlaps them with nothing, as Megatron-LM without
+    `moe_shared_expert_overlap` or its 1F1B all-to-all overlap. So the device's
+    tp_overlap share (0.515 on the 910B, fitted on fused matmul collectives) leaves
+    them alone: ep 2 against ep 1 on the same spec adds the all-to-alls' time, all of
+    it, to the unhidden tp communication column and nothing to the hidden one, the
+    compute staying equal. 2 micro-batches x 2 moe layers x `exchanges` (dispatch
+    and combine forward, their two backward, and a recomputed layer's forward two
+    again) x ONE_EXCHANGE. The step grows by that plus what ep changes after the
+    micro-batches: the gradient reduction and the optimizer over fewer expert
+    parameters per device (one stage: no bubble, no idle)."""
+    want = 2 * 2 * exchanges * ONE_EXCHANGE[moe_args]
+
+    def stage(ep: int):
+        result = analysed(moe_args, ep=ep, recompute=recompute)
+        plan = Plan(result.spec, result.facts)
+        time = step_time(plan, estimate(plan))
+        (only,) = time.stages
+        return time.step_s, only
+
+    (step2, two), (step1, one) = stage(2), stage(1)
+    assert two.compute_s == one.compute_s
+    assert abs(two.tp_comm_hidden_s - one.tp_comm_hidden_s) < 1e-9 * want
+    assert abs(two.tp_comm_s - one.tp_comm_s - want) < 1e-9 * want
+    after = two.dp_comm_s + two.optimizer_s - one.dp_comm_s - one.optimizer_s
+    assert abs(step2 - step1 - after - want) < 1e-9 * want
+
+
 @pytest.mark.parametrize("imbalance", [1.0, 1.5])
 def test_imbalance_scales_the_busiest_ranks_all_to_all_and_expert_kernels(imbalance):
     """The time model's load-imbalance input, dropless: the busiest expert rank receives

@@ -16,6 +16,7 @@ from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
 from msgen.estimate.flops import op_work, step_flops
+from msgen.ops import OPS
 from tests.reference_numpy import WithAux
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
@@ -329,6 +330,67 @@ def test_a_dropless_expert_split_over_tp_is_msl210_and_with_a_capacity_is_kept()
     assert error[0] == "MSL210" and "`gate` of dropless moe `ffn2`" in error[1]
     text = SPEC.read_text().replace("aux_loss = 0.01)", "capacity = 1.0, " + split)
     assert errors_of(text) == []
+
+
+def with_ep(moe_args: str, split: str = "") -> str:
+    """tiny_moe with ep = 2 inside dp = 4, tp = 2, the moe given `moe_args` and `split`."""
+    text = SPEC.read_text().replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    return text.replace("aux_loss = 0.01)", f"{moe_args}aux_loss = 0.01) {split}")
+
+
+def test_the_experts_batched_matmuls_split_experts_over_ep_and_ffn_over_tp():
+    """With a capacity, ep 2 and tp 2, by hand: the experts' first batched matmul takes
+    gate (and up) [experts, hidden, ffn] sliced (ep, 1, tp) = (2, 1, 2), the second
+    down [experts, ffn, hidden] (ep, tp, 1) = (2, 2, 1) (Megatron-LM's expert tensor
+    parallelism = tp, the default), the tokens [experts, slots, hidden] (ep, dp / ep,
+    1) = (2, 2, 1) and the activation (ep, dp / ep, tp) = (2, 2, 2); the layout the
+    estimate and plan.json read holds the same slices."""
+    result = analyze_text(with_ep("capacity = 1.0, "), "spec.msl", SPEC.parent)
+    of = result.facts.graphs["decoder"].ops["ffn2"]
+    strategies = dict(OPS["moe"].strategies(of.node, of.layout, context(result.spec)))
+    assert strategies == {"inner": ((2, 2, 1), (2, 1, 2)), "outer": ((2, 2, 2), (2, 2, 1))}
+    splits = {p.name: p.split for p in of.layout.params}
+    assert splits["gate"] == splits["up"] == (("ep",), (), ("tp",))
+    assert splits["down"] == (("ep",), ("tp",), ())
+
+
+# Declared splits of the stacked experts, tiny_moe with ep 2 (dp 4, tp 2): the one the
+# generated code runs (with a capacity experts over ep and ffn over tp, as above;
+# dropless each expert whole, the Morph region's (ep, None, None)) is accepted, any other
+# refused, since the strategy file and the estimate would describe slices the ranks do
+# not hold: MSL210 naming the code's split.
+EXPERT_SPLITS = [
+    ("capacity = 1.0, ", "gate @ [ep, 1, tp]", None),
+    ("capacity = 1.0, ", "down @ [ep, tp, 1]", None),
+    ("capacity = 1.0, ", "gate @ [dp, 1, tp]", "[ep, 1, tp]"),
+    ("capacity = 1.0, ", "up @ [ep, 1, 1]", "[ep, 1, tp]"),
+    ("capacity = 1.0, ", "up @ [1, 1, tp]", "[ep, 1, tp]"),
+    ("capacity = 1.0, ", "down @ [ep, 1, tp]", "[ep, tp, 1]"),
+    ("", "gate @ [ep, 1, 1]", None),
+    ("", "down @ [ep, 1, 1]", None),
+    ("", "gate @ [ep, 1, tp]", "[ep, 1, 1]"),
+    ("", "down @ [dp, 1, 1]", "[ep, 1, 1]"),
+]
+
+
+@pytest.mark.parametrize("moe_args, split, code_split", EXPERT_SPLITS)
+def test_a_declared_expert_split_must_be_the_one_the_code_runs(moe_args, split, code_split):
+    errors = errors_of(with_ep(moe_args, split))
+    if code_split is None:
+        assert errors == []
+        return
+    ((code, message),) = errors
+    name = split.split()[0]
+    assert code == "MSL210" and message.startswith(f"`{name}` of ")
+    assert f"is split {split.split('@ ')[1]}, but the generated code splits it {code_split}" in (
+        message
+    )
+
+
+def test_an_axis_of_size_one_in_a_declared_expert_split_splits_nothing():
+    """tiny_moe's ep is 1: `gate @ [ep, 1, tp]` is the code's split, [1, 1, tp]."""
+    one = SPEC.read_text().replace("aux_loss = 0.01)", "capacity = 1.0) gate @ [ep, 1, tp]")
+    assert errors_of(one) == []
 
 
 def test_capacity_work_counts_every_groups_padded_slots_and_the_dispatch():

@@ -8,7 +8,8 @@ inefficient). Backward is each op's `backward_work`; recompute reruns the
 forward (compute and collectives) of the ops it recomputes. Collectives are
 ring-costed on the tier their group spans (all-reduce 2(n-1)/n of the bytes,
 all-gather and reduce-scatter (n-1)/n, plus a latency per step); the device's
-`tp_overlap` share of the tensor-parallel ones hides behind the matmuls.
+`tp_overlap` share of the tensor-parallel ones hidden behind the matmuls, except
+an `exposed` collective's (moe's all-to-alls), which nothing hidden.
 Pipeline sends go once forward and once backward per micro-batch and chunk.
 
 A stage's work is its micro-batches' time; the slowest stage sets the pace,
@@ -55,6 +56,7 @@ class Cost(Fieldwise):
 
     compute: float = 0.0
     tp_comm: float = 0.0  # all of it; the hidden share is taken at the stage
+    exposed_comm: float = 0.0  # collectives nothing hidden (`Collective.exposed`)
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,17 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
             for c in collectives
         )
 
+    def split(collectives) -> tuple[list[Collective], float]:
+        """The collectives something may hide, and the seconds of those nothing hidden."""
+        cs = list(collectives)
+        return [c for c in cs if not c.exposed], comm(c for c in cs if c.exposed)
+
     moved = sum(r.bytes_per_device * r.times for r in of.redistributions)
     tp = machine.sizes["tp"]
     # an implicit redistribution moves its bytes once each way, inside the tp group
     redistribute = moved / machine.device.intra.bus_bandwidth(tp) if moved and tp > 1 else 0.0
-    backward = op.backward_collectives(of.node, of.inputs, layout, ctx)
+    forward, forward_exposed = split(layout.collectives)
+    backward, backward_exposed = split(op.backward_collectives(of.node, of.inputs, layout, ctx))
     blocking = comm(c for c in backward if c.blocking)
     # The others move the input gradient (or regather the input) while the weight
     # gradient, half of backward's matmuls, needs neither: they run alongside it
@@ -141,12 +149,12 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
     overlappable = comm(c for c in backward if not c.blocking)
     return OpCost(
         forward=Cost(
-            machine.kernel_time(fwd, share, 1),
-            comm(layout.collectives) + redistribute,
+            machine.kernel_time(fwd, share, 1), comm(forward) + redistribute, forward_exposed
         ),
         backward=Cost(
             machine.kernel_time(bwd, share, 2),
             blocking + max(0.0, overlappable - weight_gradient) + redistribute,
+            backward_exposed,
         ),
     )
 
@@ -187,7 +195,7 @@ class StageTime:
     forward_s: float  # compute, all micro-batches
     backward_s: float
     recompute_s: float
-    tp_comm_s: float  # not hidden behind the matmuls
+    tp_comm_s: float  # not hidden behind the matmuls (moe's all-to-alls among them)
     tp_comm_hidden_s: float
     pp_comm_s: float
     bubble_s: float  # the schedule's warm-up and drain
@@ -265,7 +273,10 @@ def boundary_bytes(plan: Plan, layer: str, sizes: dict[str, int]) -> int:
 
 
 def unhidden(cost: Cost, overlap: float) -> float:
-    return cost.compute + cost.tp_comm - min(cost.tp_comm * overlap, cost.compute)
+    """Compute and the communication its matmuls do not hide: they hide `overlap` of
+    the tp communication (never more than the compute), none of the exposed."""
+    comm = cost.tp_comm + cost.exposed_comm
+    return cost.compute + comm - min(cost.tp_comm * overlap, cost.compute)
 
 
 def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTime | None:
@@ -303,13 +314,14 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
         for layer, n in copies.items():
             cost += per_copy[layer] * n
         total = cost.total
-        hidden = total.compute + total.tp_comm - unhidden(total, cal.tp_overlap)
+        comm = total.tp_comm + total.exposed_comm
+        hidden = total.compute + comm - unhidden(total, cal.tp_overlap)
         pp = 0.0
         if plan.stages > 1 and copies:
             sent = boundary_bytes(plan, next(iter(copies)), sizes)
             pp = 2 * plan.chunks * (sent / (p2p.bandwidth * p2p.efficiency) + p2p.latency)
         parts.append((cost, hidden, pp))
-        work.append(m * (total.compute + total.tp_comm - hidden + pp))
+        work.append(m * (total.compute + comm - hidden + pp))
     slowest = max(work)
     bubble = bubble_fraction(plan) * slowest
     prec = precision(spec)
@@ -325,7 +337,7 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
                 forward_s=m * cost.forward.compute,
                 backward_s=m * cost.backward.compute,
                 recompute_s=m * cost.recompute.compute,
-                tp_comm_s=m * (cost.total.tp_comm - hidden),
+                tp_comm_s=m * (cost.total.tp_comm + cost.total.exposed_comm - hidden),
                 tp_comm_hidden_s=m * hidden,
                 pp_comm_s=m * pp,
                 bubble_s=bubble,

@@ -55,12 +55,17 @@ class Param:
 
 @dataclass(frozen=True)
 class Collective:
-    kind: str  # AllReduce | AllGather | ReduceScatter
+    kind: str  # AllReduce | AllGather | ReduceScatter | AllToAll
     axes: tuple[str, ...]
     elements: int  # logical elements of the tensor it moves (per micro-batch)
     what: str
     operand: int | None = None  # an AllGather of this input is the op's own, not implicit
-    blocking: bool = False  # backward: the op's matmuls wait for it (none can hide it)
+    # backward: the op's matmuls wait for it, so the weight gradient cannot hide it (a
+    # matmul fused with it still may: the device's tp_overlap)
+    blocking: bool = False
+    # nothing hides it, forward or backward: the next kernel waits for it and no matmul
+    # is fused with it (moe's all-to-alls)
+    exposed: bool = False
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from msgen.ops.base import (
     Snippet,
     Work,
     declared,
+    factors,
     out_declared,
     partial_sum,
     replace_last,
@@ -51,7 +52,16 @@ from msgen.ops.base import (
     tensor_bytes,
 )
 from msgen.ops.linear import without
-from msgen.ops.moe_rows import devices, expert_ffn_axes, expert_rows, groups, imbalance, tokens
+from msgen.ops.moe_rows import (
+    devices,
+    effective,
+    expert_ffn_axes,
+    expert_rows,
+    expert_split,
+    groups,
+    imbalance,
+    tokens,
+)
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
@@ -123,10 +133,8 @@ class Moe(OpDef):
         sizes = ctx.mesh_sizes
         ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
         edp = sizes.get("dp", 1) // ep
-        return (
-            ("inner", ((ep, edp, 1), (ep, 1, tp))),
-            ("outer", ((ep, edp, tp), (ep, tp, 1))),
-        )
+        gate, down = (factors(expert_split(node, ctx, m), ctx) for m in ("gate", "down"))
+        return (("inner", ((ep, edp, 1), gate)), ("outer", ((ep, edp, tp), down)))
 
     def settings(self, node, ctx):
         capacity = node.args.get("capacity")
@@ -221,26 +229,17 @@ class Moe(OpDef):
             )
         shapes = self.param_shapes(node, [x.shape], ctx)
         ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
-        expert_axes = expert_ffn_axes(node, ctx)
-        ep_axes = ("ep",) if ep > 1 else ()
         dropless = node.args.get("capacity") is None
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
         for name, shape in shapes.items():
             if name == "router":
                 continue
-            default = (ep_axes, (), expert_axes) if len(shape) == 3 else ((), ffn_axes)
-            if name.endswith("down"):
-                default = default[:-2] + (default[-1], default[-2])
+            default = (ffn_axes, ()) if name.endswith("down") else ((), ffn_axes)
+            if name in self.expert_params:
+                default = expert_split(node, ctx, name)
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
-            if dropless and len(shape) == 3 and split != default:
-                raise OpError(
-                    "MSL210",
-                    f"`{name}` of dropless moe `{node.name}` is split over ep on its experts "
-                    "and whole otherwise: the permuting dispatcher gives each tp rank "
-                    "tokens of its own instead",
-                    name,
-                    f"drop `{name} @ [...]`, or give the moe a capacity",
-                )
+            if name in self.expert_params and effective(split, ctx) != default:
+                raise split_error(node, name, split, default, dropless)
             params.append(Param(name, shape, split))
         if params[0].split != ((), ()):
             raise OpError(
@@ -266,9 +265,11 @@ class Moe(OpDef):
             if ffn_axes and not any(ffn_axes == s for s in out[:-1]):
                 collectives += (Collective("AllGather", ffn_axes, prod(out_shape), "output"),)
         if ctx.mesh_sizes.get("ep", 1) > 1:
+            # exposed: the experts' matmuls wait for the dispatch, the next op for the
+            # combine, and the generated code overlaps neither with other work
             collectives = (
-                Collective("AllToAll", ("ep",), moved, "dispatch"),
-                Collective("AllToAll", ("ep",), moved, "combine"),
+                Collective("AllToAll", ("ep",), moved, "dispatch", exposed=True),
+                Collective("AllToAll", ("ep",), moved, "combine", exposed=True),
             ) + collectives
         within = ffn_axes if dropless else ()
         return Layout(
@@ -278,7 +279,8 @@ class Moe(OpDef):
 
     def backward_collectives(self, node, inputs, layout, ctx):
         """The gradients retrace the tokens' way: combine's AllToAll backward is a
-        dispatch, dispatch's a combine. With a capacity the input gradient of the
+        dispatch, dispatch's a combine, exposed as forward's (no expert's backward
+        starts before the first, the input gradient leaves after the second). With a capacity the input gradient of the
         column-parallel gate/up is a partial sum over tp. Dropless, the output's
         AllGather over tp comes back as a ReduceScatter, and the tp ranks' token
         slices' input gradients are gathered (the shared experts' partial sum
@@ -389,3 +391,26 @@ class Moe(OpDef):
         )
         return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
                     memory_bytes=memory)  # fmt: skip
+
+
+def split_error(node, name: str, split, code_split, dropless: bool) -> OpError:
+    """A declared split of a stacked expert matrix other than `expert_split`, the one
+    the generated code runs."""
+
+    def show(sp) -> str:
+        return "[" + ", ".join("*".join(axes) or "1" for axes in sp) + "]"
+
+    why = (
+        "its experts over ep and each expert whole, the permuting dispatcher giving each "
+        "tp rank tokens of its own instead"
+        if dropless
+        else "its experts over ep and its ffn dim over tp"
+    )
+    hint = f"write `{name} @ {show(code_split)}`, or drop the split"
+    return OpError(
+        "MSL210",
+        f"`{name}` of {'dropless ' * dropless}moe `{node.name}` is split {show(split)}, but "
+        f"the generated code splits it {show(code_split)}: {why}",
+        name,
+        hint + (" (with a capacity, its ffn dim splits over tp)" if dropless else ""),
+    )

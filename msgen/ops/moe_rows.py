@@ -56,5 +56,24 @@ def expert_ffn_axes(node, ctx) -> tuple[str, ...]:
     return ("tp",)
 
 
+def expert_split(node, ctx, name: str) -> tuple[tuple[str, ...], ...]:
+    """The split the generated code gives the stacked expert matrix `name` (gate, up
+    [experts, hidden, ffn], down [experts, ffn, hidden]): the experts over ep, the ffn
+    dim over `expert_ffn_axes`. With a capacity the experts' batched matmuls take it as
+    their weights' strategies (msgen/ops/moe.py `strategies`); dropless the Morph
+    region lays the weights so, (ep, None, None) (templates/ops/moe.py.j2 `region`).
+    A spec declaring another split is refused (MSL210): the estimate, plan.json and the
+    strategy file would describe slices the ranks do not hold."""
+    ep = ("ep",) if ctx.mesh_sizes.get("ep", 1) > 1 else ()
+    ffn = expert_ffn_axes(node, ctx)
+    return (ep, ffn, ()) if name == "down" else (ep, (), ffn)
+
+
+def effective(split, ctx) -> tuple[tuple[str, ...], ...]:
+    """`split` without the axes of size 1, which split nothing (as `expert_split`
+    writes its own): `[ep, 1, tp]` with tp = 1 is `[ep, 1, 1]`."""
+    return tuple(tuple(a for a in axes if ctx.mesh_sizes.get(a, 1) > 1) for axes in split)
+
+
 def imbalance(node) -> float:
     return float(node.args.get("imbalance", 1.0))
