@@ -19,6 +19,7 @@ from tests.emit_fixtures import compiled, load
 
 HIDDEN, FFN = 64, 32
 STRATEGY = ((1, 1, 1), (1, 1, 1))  # stand-alone: not sharded
+MATMUL = ((1, 1), (1, 1))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def graph_mode():
 
 def cell(model, experts=4, top_k=2, gated=True, sigmoid=False, norm_topk=True, shared=FFN):
     return model.MoE(HIDDEN, experts, top_k, FFN, shared, gated=gated, sigmoid=sigmoid,
-                     norm_topk=norm_topk, capacity=None, by_position=False,
+                     norm_topk=norm_topk, capacity=None, by_position=False, router=MATMUL,
+                     shared_gate=MATMUL, shared_up=MATMUL, shared_down=MATMUL,
                      inner=STRATEGY, outer=STRATEGY)  # fmt: skip
 
 

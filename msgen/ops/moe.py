@@ -44,6 +44,8 @@ from msgen.ops.base import (
     Snippet,
     Work,
     declared,
+    factors,
+    lead,
     out_declared,
     partial_sum,
     replace_last,
@@ -107,7 +109,12 @@ class Moe(OpDef):
     decays = frozenset(params)  # Megatron-LM decays every matrix, the router too
 
     def strategies(self, node, layout, ctx):
-        """With a capacity, the experts' batched matmuls over [experts, groups * slots,
+        """The router's and each shared expert's MatMul: the tokens [tokens, hidden]
+        (the input's leading dims folded, as `linear` folds them) times the matrix as
+        the layout splits it, the router whole, the shared gate and up column parallel
+        (their ffn dim over tp), the shared down row parallel; the tokens' reduction
+        dim split as the matrix's input dim (the column-parallel activation arrives so).
+        With a capacity, the experts' batched matmuls over [experts, groups * slots,
         hidden] times [experts, hidden, ffn], split over ep on the experts, over the
         dp / ep ranks of an ep group on the slots (the redistribution from the groups'
         dp split is the dispatch AllToAll) and over tp on ffn; then back over tp.
@@ -116,13 +123,16 @@ class Moe(OpDef):
         `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
         Dropless, the cell's Morph region carries its own layouts over the stage's
         devices [ep, dp / ep, tp] (`devices`, templates/ops/moe.py.j2 `region`): no
-        roles."""
+        roles for the experts."""
+        rows = lead(layout.inputs[0], ctx)
+        matrices = ((p.name, factors(p.split, ctx)) for p in layout.params if len(p.shape) == 2)
+        matmuls = tuple((name, ((rows, w[0]), w)) for name, w in matrices)
         if node.args.get("capacity") is None:
-            return ()
+            return matmuls
         sizes = ctx.mesh_sizes
         ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
         edp = sizes.get("dp", 1) // ep
-        return (
+        return matmuls + (
             ("inner", ((ep, edp, 1), (ep, 1, tp))),
             ("outer", ((ep, edp, tp), (ep, tp, 1))),
         )
@@ -158,6 +168,9 @@ class Moe(OpDef):
             f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
             f"capacity={s('capacity')!r}, by_position={s('by_position')}"
         )
+        make += f", router={op.strategy('router')}"
+        shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
+        make += "".join(f", {role}={split}" for role, split in shared)
         if s("capacity") is not None:
             make += f", inner={op.strategy('inner')}, outer={op.strategy('outer')}"
         elif s("devices"):
