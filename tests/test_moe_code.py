@@ -150,7 +150,7 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     """tiny_moe with ep = 2 and zero = 1 (dp 4, tp 2): the experts' device matrix is
     [ep, dp / ep, tp] = [2, 2, 2], their first dim on ep (device dim 2); with a
     capacity their ffn dim on tp (dim 0), dropless whole (the Morph region's layout,
-    templates/ops/moe.py.j2 `region`); the parallel optimizer slices them over the
+    templates/ops/moe_permute.py.j2 `region`); the parallel optimizer slices them over the
     dp / ep = 2 ranks holding the same experts, tp = 2 ranks apart. The router stays on
     the stage's [dp, tp], sliced over all dp = 4 ranks (4 KiB of fp32 is under hsdp's
     64 KiB threshold: not sliced)."""

@@ -1,4 +1,4 @@
-"""The dropless moe's permuting dispatcher (templates/ops/moe.py.j2 `MoE.permuted`),
+"""The dropless moe's permuting dispatcher (templates/ops/moe_permute.py.j2 `MoE.routed`),
 run by MindSpore on the CPU in graph mode, against oracles written apart from it: the
 token-by-token numpy reference of tests/test_op_moe.py (Megatron-LM's definitions),
 numpy's stable argsort for the expert order, and a numpy grouped matmul written from

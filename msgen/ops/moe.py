@@ -93,7 +93,7 @@ class Moe(OpDef):
         "from mindspore.common import dtype as mstype",
     )
     # Dropless, the permuting dispatcher: GroupedMatmul on Ascend, where the device
-    # target picks it (templates/ops/moe.py.j2 MoE.grouped), the ep group's
+    # target picks it (templates/ops/moe_permute.py.j2 MoE.grouped), the ep group's
     # exchanges and, under semi-auto, the Morph region's layouts.
     setting_imports = {
         "permute": (
@@ -122,7 +122,7 @@ class Moe(OpDef):
         wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
         `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
         Dropless, the cell's Morph region carries its own layouts over the stage's
-        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe.py.j2 `region`): no
+        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe_permute.py.j2 `region`): no
         roles for the experts."""
         rows = lead(layout.inputs[0], ctx)
         matrices = ((p.name, factors(p.split, ctx)) for p in layout.params if len(p.shape) == 2)
