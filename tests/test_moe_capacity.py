@@ -1,4 +1,4 @@
-"""moe with a capacity (templates/ops/moe.py.j2 `MoE.dispatched`), run by MindSpore
+"""moe with a capacity (templates/ops/moe_capacity.py.j2 `MoE.dispatched`), run by MindSpore
 on the CPU: stand-alone, its output equals the numpy reference of GShard's capacity
 (tests/test_op_moe.py `kept`: Lepikhin et al. 2020, Megatron-LM's
 `topk_softmax_with_capacity`) in one group and in two, with tokens dropped, for both

@@ -10,6 +10,9 @@ every training test also trains: its own training runs are in test_moe_train.py)
 
 from __future__ import annotations
 
+import json
+from math import prod
+
 import pytest
 
 from tests import emit_fixtures, test_op_moe
@@ -145,11 +148,10 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     """tiny_moe with ep = 2 and zero = 1 (dp 4, tp 2): the experts' device matrix is
     [ep, dp / ep, tp] = [2, 2, 2], their first dim on ep (device dim 2); with a
     capacity their ffn dim on tp (dim 0), dropless whole (the Morph region's layout,
-    templates/ops/moe.py.j2 `region`); the parallel optimizer slices them over the
+    templates/ops/moe_permute.py.j2 `region`); the parallel optimizer slices them over the
     dp / ep = 2 ranks holding the same experts, tp = 2 ranks apart. The router stays on
     the stage's [dp, tp], sliced over all dp = 4 ranks (4 KiB of fp32 is under hsdp's
     64 KiB threshold: not sliced)."""
-    import json
 
     text = emit_fixtures.SPECS["tiny_moe"].read_text()
     text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
@@ -173,6 +175,62 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     router = layouts["decoder.0.ffn2.router"]
     assert router["dev_matrix"] == [4, 2] and router["tensor_map"] == [-1, -1]
     assert router["opt_weight_shard_size"] == 0
+
+
+@pytest.mark.parametrize("capacity", [None, 0.5])
+def test_the_router_and_shared_experts_are_laid_as_megatrons(tmp_path, monkeypatch, capacity):
+    """tiny_moe with ep = 2 (dp 4, tp 2), dropless and with a capacity: the MatMuls of
+    the router and the shared experts carry Megatron-LM's layout (tests/
+    test_strategy_oracle.py's `column` and `row`): the router whole (router.py's
+    TopKRouter weight is a plain Parameter, on every tensor-parallel rank), the shared
+    gate and up column parallel and the shared down row parallel (shared_experts.py's
+    SharedExpertMLP is an MLP: ColumnParallelLinear, then RowParallelLinear), the
+    tokens over dp. plan.json's splits of those matrices and of the input, and the
+    strategy file's tensor maps, give the same slices; with a capacity the experts'
+    batched matmuls lay gate, up and down as plan.json does."""
+    from tests.test_parallel_audit import splits
+    from tests.test_strategy_oracle import column, recorded, row
+
+    name = f"tiny_moe_ep2_{capacity}"
+    text = emit_fixtures.SPECS["tiny_moe"].read_text()
+    text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
+    if capacity:
+        text = text.replace("aux_loss = 0.01", f"capacity = {capacity}, aux_loss = 0.01")
+    path = tmp_path / f"{name}.msl"
+    path.write_text(text)
+    monkeypatch.setitem(emit_fixtures.SPECS, name, path)
+    dp, tp = 4, 2
+    megatron = {
+        "route_matmul": ((dp, 1), (1, 1)),
+        "shared_gate_matmul": column(dp, tp),
+        "shared_up_matmul": column(dp, tp),
+        "shared_down_matmul": row(dp, tp),
+    }
+    found = recorded(name)
+    doc = emit_fixtures.plan_json(name)
+    (op,) = {op["name"]: op for op in doc["ops"]["decoder"] if op["kind"] == "moe"}.values()
+    rows = prod(splits(op["input_splits"][0], doc["mesh"])[:-1])
+    files = json.loads((emit_fixtures.compiled(name) / "strategy" / "stage_0.json").read_text())
+    layouts = files["parallel_layout_item"]
+    weights = {"route_matmul": "router", "shared_gate_matmul": "shared_gate",
+               "shared_up_matmul": "shared_up", "shared_down_matmul": "shared_down"}  # fmt: skip
+    for copy in (0, 1):
+        cell = f"decoder.{copy}.ffn2"
+        for attr, wanted in megatron.items():
+            strategy = found[(cell, attr)]
+            assert strategy == wanted, (cell, attr, strategy)
+            split = splits(op["params"][weights[attr]], doc["mesh"])
+            assert strategy[1] == split and strategy[0][0] == rows, (attr, split, rows)
+            laid = layouts[f"{cell}.{weights[attr]}"]
+            matrix = laid["dev_matrix"][::-1]
+            assert strategy[1] == tuple(matrix[m] if m >= 0 else 1 for m in laid["tensor_map"])
+        experts = {"inner": ("gate", "up"), "outer": ("down",)}
+        for attr, params in experts.items():
+            if capacity is None:
+                assert (cell, attr) not in found
+                continue
+            for param in params:
+                assert found[(cell, attr)][1] == splits(op["params"][param], doc["mesh"])
 
 
 @pytest.fixture

@@ -77,7 +77,7 @@ def test_expert_states_are_split_over_ep_and_zero_slices_them_over_dp_over_ep(te
 
 def test_dropless_experts_are_whole_over_tp():
     """Dropless, the generated Morph region keeps each expert whole over tp (its
-    layout (ep, None, None), templates/ops/moe.py.j2 `region`, as mindformers 2.0.0's
+    layout (ep, None, None), templates/ops/moe_permute.py.j2 `region`, as mindformers 2.0.0's
     grouped-matmul path lays its weights): gate, up, down [4, 256, 256] @ [ep, 1, 1]:
     2 x 256 x 256 = 131,072 elements a device each (twice the capacity path's), zero 1
     slicing their first dim 2 over dp / ep = 2: 65,536. The router and the shared

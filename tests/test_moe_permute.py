@@ -1,4 +1,4 @@
-"""The dropless moe's permuting dispatcher (templates/ops/moe.py.j2 `MoE.permuted`),
+"""The dropless moe's permuting dispatcher (templates/ops/moe_permute.py.j2 `MoE.routed`),
 run by MindSpore on the CPU in graph mode, against oracles written apart from it: the
 token-by-token numpy reference of tests/test_op_moe.py (Megatron-LM's definitions),
 numpy's stable argsort for the expert order, and a numpy grouped matmul written from
@@ -19,6 +19,7 @@ from tests.emit_fixtures import compiled, load
 
 HIDDEN, FFN = 64, 32
 STRATEGY = ((1, 1, 1), (1, 1, 1))  # stand-alone: not sharded
+MATMUL = ((1, 1), (1, 1))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def graph_mode():
 
 def cell(model, experts=4, top_k=2, gated=True, sigmoid=False, norm_topk=True, shared=FFN):
     return model.MoE(HIDDEN, experts, top_k, FFN, shared, gated=gated, sigmoid=sigmoid,
-                     norm_topk=norm_topk, capacity=None, by_position=False,
+                     norm_topk=norm_topk, capacity=None, by_position=False, router=MATMUL,
+                     shared_gate=MATMUL, shared_up=MATMUL, shared_down=MATMUL,
                      inner=STRATEGY, outer=STRATEGY)  # fmt: skip
 
 

@@ -45,6 +45,7 @@ from msgen.ops.base import (
     Work,
     declared,
     factors,
+    lead,
     out_declared,
     partial_sum,
     replace_last,
@@ -101,7 +102,7 @@ class Moe(OpDef):
         "from mindspore.common import dtype as mstype",
     )
     # Dropless, the permuting dispatcher: GroupedMatmul on Ascend, where the device
-    # target picks it (templates/ops/moe.py.j2 MoE.grouped), the ep group's
+    # target picks it (templates/ops/moe_permute.py.j2 MoE.grouped), the ep group's
     # exchanges and, under semi-auto, the Morph region's layouts.
     setting_imports = {
         "permute": (
@@ -118,7 +119,12 @@ class Moe(OpDef):
     expert_params = frozenset(("gate", "up", "down"))
 
     def strategies(self, node, layout, ctx):
-        """With a capacity, the experts' batched matmuls over [experts, groups * slots,
+        """The router's and each shared expert's MatMul: the tokens [tokens, hidden]
+        (the input's leading dims folded, as `linear` folds them) times the matrix as
+        the layout splits it, the router whole, the shared gate and up column parallel
+        (their ffn dim over tp), the shared down row parallel; the tokens' reduction
+        dim split as the matrix's input dim (the column-parallel activation arrives so).
+        With a capacity, the experts' batched matmuls over [experts, groups * slots,
         hidden] times [experts, hidden, ffn], split over ep on the experts, over the
         dp / ep ranks of an ep group on the slots (the redistribution from the groups'
         dp split is the dispatch AllToAll) and over tp on ffn; then back over tp.
@@ -126,15 +132,18 @@ class Moe(OpDef):
         wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
         `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
         Dropless, the cell's Morph region carries its own layouts over the stage's
-        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe.py.j2 `region`): no
-        roles."""
+        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe_permute.py.j2 `region`): no
+        roles for the experts."""
+        rows = lead(layout.inputs[0], ctx)
+        matrices = ((p.name, factors(p.split, ctx)) for p in layout.params if len(p.shape) == 2)
+        matmuls = tuple((name, ((rows, w[0]), w)) for name, w in matrices)
         if node.args.get("capacity") is None:
-            return ()
+            return matmuls
         sizes = ctx.mesh_sizes
         ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
         edp = sizes.get("dp", 1) // ep
         gate, down = (factors(expert_split(node, ctx, m), ctx) for m in ("gate", "down"))
-        return (("inner", ((ep, edp, 1), gate)), ("outer", ((ep, edp, tp), down)))
+        return matmuls + (("inner", ((ep, edp, 1), gate)), ("outer", ((ep, edp, tp), down)))
 
     def settings(self, node, ctx):
         capacity = node.args.get("capacity")
@@ -167,6 +176,9 @@ class Moe(OpDef):
             f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
             f"capacity={s('capacity')!r}, by_position={s('by_position')}"
         )
+        make += f", router={op.strategy('router')}"
+        shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
+        make += "".join(f", {role}={split}" for role, split in shared)
         if s("capacity") is not None:
             make += f", inner={op.strategy('inner')}, outer={op.strategy('outer')}"
         elif s("devices"):

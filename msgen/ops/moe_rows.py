@@ -22,7 +22,7 @@ def slots(node, group_tokens: int) -> int:
     """Each expert's slots in a group: ceil(group tokens * top_k / experts * factor)
     (Megatron-LM's `get_capacity`), never more than the group's tokens (a token
     chooses an expert once); the generated cell computes the same
-    (templates/ops/moe.py.j2 `MoE.slots`)."""
+    (templates/ops/moe_capacity.py.j2 `MoE.slots`)."""
     e, k = node.args["experts"], node.args["top_k"]
     return min(group_tokens, ceil(group_tokens * k / e * node.args["capacity"]))
 
@@ -39,7 +39,7 @@ def expert_rows(node, n_tokens: int, ctx) -> int:
 
 def devices(ctx) -> tuple[int, int, int]:
     """A stage's devices as the dropless Morph region lays them, [ep, dp / ep, tp]
-    (templates/ops/moe.py.j2 `region`)."""
+    (templates/ops/moe_permute.py.j2 `region`)."""
     sizes = ctx.mesh_sizes
     ep = sizes.get("ep", 1)
     return ep, sizes.get("dp", 1) // ep, sizes.get("tp", 1)
