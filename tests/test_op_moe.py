@@ -348,7 +348,15 @@ def test_the_experts_batched_matmuls_split_experts_over_ep_and_ffn_over_tp():
     result = analyze_text(with_ep("capacity = 1.0, "), "spec.msl", SPEC.parent)
     of = result.facts.graphs["decoder"].ops["ffn2"]
     strategies = dict(OPS["moe"].strategies(of.node, of.layout, context(result.spec)))
-    assert strategies == {"inner": ((2, 2, 1), (2, 1, 2)), "outer": ((2, 2, 2), (2, 2, 1))}
+    assert strategies == {
+        "inner": ((2, 2, 1), (2, 1, 2)),
+        "outer": ((2, 2, 2), (2, 2, 1)),
+        # the tokens over dp 4; the router whole, the shared experts as `linear`'s
+        "router": ((4, 1), (1, 1)),
+        "shared_gate": ((4, 1), (1, 2)),
+        "shared_up": ((4, 1), (1, 2)),
+        "shared_down": ((4, 2), (2, 1)),
+    }
     splits = {p.name: p.split for p in of.layout.params}
     assert splits["gate"] == splits["up"] == (("ep",), (), ("tp",))
     assert splits["down"] == (("ep",), ("tp",), ())
