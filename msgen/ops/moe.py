@@ -61,6 +61,7 @@ from msgen.ops.moe_rows import (
     expert_split,
     groups,
     imbalance,
+    split_error,
     tokens,
 )
 
@@ -403,26 +404,3 @@ class Moe(OpDef):
         )
         return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
                     memory_bytes=memory)  # fmt: skip
-
-
-def split_error(node, name: str, split, code_split, dropless: bool) -> OpError:
-    """A declared split of a stacked expert matrix other than `expert_split`, the one
-    the generated code runs."""
-
-    def show(sp) -> str:
-        return "[" + ", ".join("*".join(axes) or "1" for axes in sp) + "]"
-
-    why = (
-        "its experts over ep and each expert whole, the permuting dispatcher giving each "
-        "tp rank tokens of its own instead"
-        if dropless
-        else "its experts over ep and its ffn dim over tp"
-    )
-    hint = f"write `{name} @ {show(code_split)}`, or drop the split"
-    return OpError(
-        "MSL210",
-        f"`{name}` of {'dropless ' * dropless}moe `{node.name}` is split {show(split)}, but "
-        f"the generated code splits it {show(code_split)}: {why}",
-        name,
-        hint + (" (with a capacity, its ffn dim splits over tp)" if dropless else ""),
-    )

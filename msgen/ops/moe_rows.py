@@ -1,11 +1,14 @@
 """The moe op's row counts and splits: how many token copies its experts compute over
 (the routed copies dropless, the padded slots with a capacity), GShard's groups, and
 how the experts and the dropless Morph region lie over the mesh. One home for what
-msgen/ops/moe.py's layout, saves and work and the generated cell's settings share."""
+msgen/ops/moe.py's layout, saves and work and the generated cell's settings share,
+and the MSL210 refusal of a declared expert split other than the code's."""
 
 from __future__ import annotations
 
 from math import ceil, prod
+
+from msgen.ops.base import OpError
 
 
 def tokens(node, x_shape) -> int:
@@ -77,3 +80,26 @@ def effective(split, ctx) -> tuple[tuple[str, ...], ...]:
 
 def imbalance(node) -> float:
     return float(node.args.get("imbalance", 1.0))
+
+
+def split_error(node, name: str, split, code_split, dropless: bool) -> OpError:
+    """A declared split of a stacked expert matrix other than `expert_split`, the one
+    the generated code runs."""
+
+    def show(sp) -> str:
+        return "[" + ", ".join("*".join(axes) or "1" for axes in sp) + "]"
+
+    why = (
+        "its experts over ep and each expert whole, the permuting dispatcher giving each "
+        "tp rank tokens of its own instead"
+        if dropless
+        else "its experts over ep and its ffn dim over tp"
+    )
+    hint = f"write `{name} @ {show(code_split)}`, or drop the split"
+    return OpError(
+        "MSL210",
+        f"`{name}` of {'dropless ' * dropless}moe `{node.name}` is split {show(split)}, but "
+        f"the generated code splits it {show(code_split)}: {why}",
+        name,
+        hint + (" (with a capacity, its ffn dim splits over tp)" if dropless else ""),
+    )
