@@ -48,6 +48,17 @@ def test_moe_code_computes_its_reference(variant):
     computes_its_reference(variant)
 
 
+def loss_is_numpys(name):
+    """The compiled network's loss over random weights and a batch of two rows equals
+    the numpy reference's forward loss."""
+    network, rng = randomised(name)
+    tokens, labels = batch(name, rng, rows=2)
+    params = {p.name: p.asnumpy() for p in network.get_parameters()}
+    loss = mindspore_loss(network, tokens, labels)
+    expected = ref.forward_loss(plan(name), params, tokens, labels)
+    assert abs(loss - expected) <= tolerance(expected), (loss, expected)
+
+
 def test_the_permuting_moe_computes_its_reference():
     """tiny_moe_dp (a data-parallel mesh): the dropless op runs the permuting
     dispatcher (tests/test_moe_permute.py checks its parts), and its network's loss
@@ -55,12 +66,7 @@ def test_the_permuting_moe_computes_its_reference():
     model = (emit_fixtures.compiled("tiny_moe_dp") / "model.py").read_text()
     assert "capacity=None" in model and "def routed(" in model and "devices=(" not in model
     computes_its_reference("tiny_moe_dp")
-    network, rng = randomised("tiny_moe_dp")
-    tokens, labels = batch("tiny_moe_dp", rng, rows=2)
-    params = {p.name: p.asnumpy() for p in network.get_parameters()}
-    loss = mindspore_loss(network, tokens, labels)
-    expected = ref.forward_loss(plan("tiny_moe_dp"), params, tokens, labels)
-    assert abs(loss - expected) <= tolerance(expected), (loss, expected)
+    loss_is_numpys("tiny_moe_dp")
 
 
 def test_moe_code_imports_what_it_uses():
@@ -305,9 +311,4 @@ def test_the_auxiliary_losses_local_never_takes_an_ops_name(tmp_path, monkeypatc
     monkeypatch.setitem(emit_fixtures.SPECS, "tiny_moe_named", path)
     model = (emit_fixtures.compiled("tiny_moe_named") / "model.py").read_text()
     assert "ffn2, ffn2_aux_ = self.ffn2(n2)" in model
-    network, rng = randomised("tiny_moe_named")
-    tokens, labels = batch("tiny_moe_named", rng, rows=2)
-    params = {p.name: p.asnumpy() for p in network.get_parameters()}
-    loss = mindspore_loss(network, tokens, labels)
-    expected = ref.forward_loss(plan("tiny_moe_named"), params, tokens, labels)
-    assert abs(loss - expected) <= tolerance(expected), (loss, expected)
+    loss_is_numpys("tiny_moe_named")
