@@ -85,6 +85,7 @@ def runs(tmp_path_factory):
     return folder, plan_of(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["standalone", "rehearse"])
 def test_aux_loss_is_the_mean_over_the_micro_batches_with_pp2(runs, mode):
     """Steps 2 and 3 log the oracle's mean within log.csv's rounding; the two
@@ -109,6 +110,7 @@ def test_aux_loss_is_the_mean_over_the_micro_batches_with_pp2(runs, mode):
     assert 0.9 * 0.02 < logged[0] < 2 * 0.02, logged
 
 
+@pytest.mark.slow
 def test_the_rehearsal_logs_the_standalone_aux_loss(runs):
     folder, _ = runs
     assert logged_aux(folder, "rehearse") == pytest.approx(
