@@ -58,6 +58,11 @@ class Cost(Fieldwise):
     tp_comm: float = 0.0  # all of it; the hidden share is taken at the stage
     exposed_comm: float = 0.0  # collectives nothing hidden (`Collective.exposed`)
 
+    @property
+    def comm(self) -> float:
+        """All of its communication: what the matmuls may hide and what nothing does."""
+        return self.tp_comm + self.exposed_comm
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -275,8 +280,7 @@ def boundary_bytes(plan: Plan, layer: str, sizes: dict[str, int]) -> int:
 def unhidden(cost: Cost, overlap: float) -> float:
     """Compute and the communication its matmuls do not hide: they hide `overlap` of
     the tp communication (never more than the compute), none of the exposed."""
-    comm = cost.tp_comm + cost.exposed_comm
-    return cost.compute + comm - min(cost.tp_comm * overlap, cost.compute)
+    return cost.compute + cost.comm - min(cost.tp_comm * overlap, cost.compute)
 
 
 def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTime | None:
@@ -314,14 +318,13 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
         for layer, n in copies.items():
             cost += per_copy[layer] * n
         total = cost.total
-        comm = total.tp_comm + total.exposed_comm
-        hidden = total.compute + comm - unhidden(total, cal.tp_overlap)
+        hidden = total.compute + total.comm - unhidden(total, cal.tp_overlap)
         pp = 0.0
         if plan.stages > 1 and copies:
             sent = boundary_bytes(plan, next(iter(copies)), sizes)
             pp = 2 * plan.chunks * (sent / (p2p.bandwidth * p2p.efficiency) + p2p.latency)
         parts.append((cost, hidden, pp))
-        work.append(m * (total.compute + comm - hidden + pp))
+        work.append(m * (total.compute + total.comm - hidden + pp))
     slowest = max(work)
     bubble = bubble_fraction(plan) * slowest
     prec = precision(spec)
@@ -337,7 +340,7 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
                 forward_s=m * cost.forward.compute,
                 backward_s=m * cost.backward.compute,
                 recompute_s=m * cost.recompute.compute,
-                tp_comm_s=m * (cost.total.tp_comm + cost.total.exposed_comm - hidden),
+                tp_comm_s=m * (cost.total.comm - hidden),
                 tp_comm_hidden_s=m * hidden,
                 pp_comm_s=m * pp,
                 bubble_s=bubble,
