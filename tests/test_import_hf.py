@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from msgen.cli import main
+from tests.oracles import require
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 PUBLISHED = {
@@ -304,7 +305,7 @@ TRANSFORMERS_CLASSES = {
 def test_parameter_count_equals_transformers(tmp_path, changes):
     """The count of the model transformers itself builds from the config (the hand
     count above, cross-checked)."""
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     config = base_config(**changes)
     kind = getattr(transformers, TRANSFORMERS_CLASSES[config["model_type"]])
     fields = {k: v for k, v in config.items() if k not in ("model_type", "torch_dtype")}

@@ -16,6 +16,7 @@ import pytest
 from msgen.cli import main
 from msgen.runs.alarms import Thresholds
 from msgen.runs.output import RunReport
+from tests.oracles import require
 
 HEADER = (
     "step,loss,perplexity,lr,grad_norm,loss_scale,skipped,tokens_per_s,step_time,mfu,"
@@ -138,7 +139,7 @@ def test_the_published_json_schema_is_the_reports():
 
 
 def test_the_json_holds_to_the_schema(tmp_path):
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = require("jsonschema")
     run = lay_out(tmp_path, {0: HEADER + "".join(row(s) for s in range(1, 31))}, world=1)
     _, doc = notes(run)
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
