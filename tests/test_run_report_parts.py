@@ -1,8 +1,9 @@
 """`msgen report` on runs that are not whole: a row cut short, a malformed row, ranks
 at different steps, no run.json, a rank missing; and on what is no run at all. Each
 is said in a note (the report goes on) or is a usage error (exit 2, one line). The
-published JSON schema is the report's. No MindSpore here: the logs are written as
-train.py writes them (tests/test_run_report.py reads real ones)."""
+published JSON schema is the report's. Alarm rules that need no real run: validation
+rising, and a straggler against the other ranks' median. No MindSpore here: the logs
+are written as train.py writes them (tests/test_run_report.py reads real ones)."""
 
 from __future__ import annotations
 
