@@ -17,10 +17,11 @@ import pytest
 
 from msgen.cli import main
 from msgen.hf.tensors import encode, read_header, read_tensor
+from tests.oracles import require
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-ms = pytest.importorskip("mindspore")
+torch = require("torch")
+transformers = require("transformers")
+ms = require("mindspore")
 
 SEQ = 32
 MODELS = {
@@ -139,7 +140,7 @@ def test_to_hf_gives_back_the_source_bit_for_bit(tmp_path, family, dtype):
 def test_a_transposed_array_is_written_in_its_logical_order(tmp_path):
     """safetensors 0.8.0 writes a non-contiguous array's memory order (upstream
     issue 825); msgen's writer writes the logical order, read back by safetensors."""
-    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    safetensors_numpy = require("safetensors.numpy")
     weight = np.arange(12, dtype=np.float32).reshape(3, 4).T  # a view, not contiguous
     path = tmp_path / "t.safetensors"
     path.write_bytes(b"".join(encode({"w": (weight, "F32")}, {})))

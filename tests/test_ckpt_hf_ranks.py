@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from msgen.hf.tensors import read_header, read_tensor
+from tests.oracles import require
 from tests.test_ckpt_hf import SEQ, compiled_network, hf_model, msgen
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-ms = pytest.importorskip("mindspore")
+torch = require("torch")
+transformers = require("transformers")
+ms = require("mindspore")
 
 
 SLICED_MESHES = {

@@ -24,8 +24,9 @@ import pytest
 from msgen.ckpt.slices import slice_of
 from msgen.cli import main
 from tests.emit_fixtures import SPECS, compile_spec, copy_compiled, every_param
+from tests.oracles import require
 
-ms = pytest.importorskip("mindspore")
+ms = require("mindspore")
 SPEC = SPECS["tiny"]  # dp 2, tp 2, pp 2, zero 1: every axis and the parallel optimizer
 TP4 = ("--set", "mesh.tp=4", "--set", "mesh.dp=1")  # the same 8 devices
 

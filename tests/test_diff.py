@@ -156,6 +156,28 @@ def test_deltas_are_the_difference_of_estimate_json(case, capsys):
             assert all(a[n][k] == b[n][k] for k in STAGE_TERMS)
 
 
+def test_a_verdict_a_budget_flips_is_listed_with_no_byte_moved(capsys):
+    """pp_adds_stage's NEW (stage 0 needs 27.34 GiB, stage 1 27.24 GiB, of 58) against
+    itself with the budget lowered to 27,960 MiB = 27.30 GiB: no item of either stage
+    moves, stage 0 no longer fits and stage 1 still does (each side's `msgen estimate
+    --json` says which). The stage whose verdict flipped is in the memory table with
+    both verdicts; the one whose verdict held is not."""
+    budget = "budget.device_memory=27960 MiB"
+    with inside(CASES_DIR / "pp_adds_stage"):
+        old = estimate_json(capsys, "new.msl")
+        assert main(["estimate", "new.msl", "--json", "--set", budget]) == 1
+        new = json.loads(capsys.readouterr().out)
+        diff = diff_report(DiffOptions(Path("new.msl"), Path("new.msl"), overrides=(budget,)))
+    before = {s["stage"]: s["fits"] for s in old["stages"]}
+    after = {s["stage"]: s["fits"] for s in new["stages"]}
+    assert (before, after) == ({0: True, 1: True}, {0: False, 1: True})
+    listed = {s.stage: (s.fits_old, s.fits_new) for s in diff.memory.stages}
+    assert listed == {n: (before[n], after[n]) for n in before if before[n] != after[n]}
+    assert all(i.delta == 0 for s in diff.memory.stages for i in s.items)
+    rows = [line.split() for line in render_text(diff).splitlines()]
+    assert ["0", "verdict", "fits", "over", "budget"] in rows
+
+
 def test_a_stage_pp_adds_is_listed_as_added(capsys):
     stages = {s.stage: s.change for s in report("pp_adds_stage").memory.stages}
     assert stages == {0: "changed", 1: "added"}

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from msgen.cli import main
+from tests.oracles import require
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 PUBLISHED = {
@@ -97,7 +98,9 @@ def hf_count(c: dict) -> int:
     mlp_bias = c.get("mlp_bias", False) and c["model_type"] == "llama"
     mlp = 3 * h * f + ((2 * f + h) if mlp_bias else 0)
     layer = q_proj + kv_proj + o_proj + mlp + 2 * h
-    head = 0 if c.get("tie_word_embeddings") else v * h
+    # untied without the key: LlamaConfig, Qwen2Config and MistralConfig default
+    # tie_word_embeddings to False (PretrainedConfig's own default, True, is overridden)
+    head = 0 if c.get("tie_word_embeddings", False) else v * h
     return v * h + c["num_hidden_layers"] * layer + h + head
 
 
@@ -118,6 +121,7 @@ def test_published_models_have_their_published_parameter_count(tmp_path, name):
         {"head_dim": 32},  # not hidden / heads
         {"attention_bias": True, "mlp_bias": True},
         {"tie_word_embeddings": True},
+        {"tie_word_embeddings": None},  # absent: untied, as transformers' configs default
         {"model_type": "qwen2"},  # q/k/v biases with no config key
         {"model_type": "qwen2", "tie_word_embeddings": True},
         {"model_type": "mistral", "sliding_window": 16},
@@ -293,12 +297,15 @@ TRANSFORMERS_CLASSES = {
         {"head_dim": 32, "attention_bias": True, "mlp_bias": True},
         {"model_type": "qwen2", "tie_word_embeddings": True},
         {"model_type": "mistral", "sliding_window": 16},
+        # no key: transformers' own default decides (untied for all three)
+        {"tie_word_embeddings": None},
+        {"model_type": "qwen2", "tie_word_embeddings": None},
     ],
 )
 def test_parameter_count_equals_transformers(tmp_path, changes):
     """The count of the model transformers itself builds from the config (the hand
     count above, cross-checked)."""
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     config = base_config(**changes)
     kind = getattr(transformers, TRANSFORMERS_CLASSES[config["model_type"]])
     fields = {k: v for k, v in config.items() if k not in ("model_type", "torch_dtype")}

@@ -22,6 +22,7 @@ from msgen.emit.launch import (
     rank_table_script,
 )
 from tests.doctor_fakes import VENV_BIN, free_port
+from tests.oracles import require
 
 REPO = Path(__file__).resolve().parent.parent
 EXPECTED = Path(__file__).resolve().parent / "expected" / "ranktables"
@@ -173,11 +174,10 @@ def test_script_starts_with_shebang_and_header(name):
 @pytest.mark.parametrize("node_count", NODE_COUNTS)
 @pytest.mark.parametrize("name", LINTED)
 def test_script_is_shellcheck_clean(name, node_count, tmp_path):
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed, so the scripts were not linted")
+    shellcheck = require("shellcheck")
     path = tmp_path / name
     path.write_text(script_text(name, node_count))
-    result = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
+    result = subprocess.run([shellcheck, str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -150,6 +150,25 @@ def test_capacity_pads_every_expert_and_imbalance_scales_the_dropless_copies():
         assert got == fixed + rows + extra, args
 
 
+def test_a_capacity_above_experts_over_top_k_pads_no_expert_beyond_its_groups_tokens():
+    """capacity 4 >= experts / top_k = 2: Megatron-LM's get_capacity gives each expert
+    ceil(32 x 2 / 4 x 4) = 64 slots in a group of 32 tokens, but top-k picks distinct
+    experts, so at most every one of the 32 tokens reaches an expert: 32 slots, the
+    generated cell's `MoE.slots` (min(group, wanted)). In each of the dp 4 groups the
+    4 experts get 32 slots: 4 x 4 x 32 = 512 rows, 128 per device (permuted and
+    expert_out 128 x 256, gate, up, act 128 x 128 over tp), the dispatch and combine
+    tensors [128 rows, 32 group tokens] per device; the dispatch all-to-all moves the
+    512 rows of hidden 256. Uncapped it would be 1,024 rows and twice each."""
+    result = analysed("capacity = 4.0, ")
+    of = moe_facts(result)
+    fixed = 4 * (32 * 256 + 32 * 4 + 2 * 32 * 2 + 3 * 32 * 128)
+    rows = 128 * 4 * (2 * 256 + 3 * 128)
+    dispatch = 2 * 4 * 128 * 32
+    assert sum(saved_bytes(s, sizes(result)) for s in of.saves) == fixed + rows + dispatch
+    (moved,) = [c for c in of.layout.collectives if c.what == "dispatch"]
+    assert moved.elements == 512 * 256
+
+
 def test_all_to_all_time_by_hand():
     """Dispatch moves the T k = 256 copies of 256 fp32 values; with a capacity of 1
     (the padded slots are the copies' number: 4 groups x 4 experts x ceil(32 x 2 / 4

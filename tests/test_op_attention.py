@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from msgen.ops.attention import head_dim, kv_heads
+from tests.oracles import require
 
 
 def rope(x, theta=10000.0):
@@ -133,8 +133,8 @@ def test_qk_norm_attention_equals_transformers_qwen3_attention():
     attention (transformers' modeling_qwen3.Qwen3Attention: q_norm and k_norm, RMSNorm
     over head_dim with eps 1e-6, before rope), its output projection the identity, on
     random weights and non-unit gammas, causal."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = require("torch")
+    transformers = require("transformers")
     from transformers.models.qwen3 import modeling_qwen3
 
     heads, groups, hd, seq, theta = 4, 2, 8, 6, 10000.0

@@ -17,6 +17,7 @@ from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
 from msgen.estimate.flops import op_work, step_flops
 from msgen.ops import OPS
+from tests.oracles import require
 from tests.reference_numpy import WithAux
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
@@ -431,8 +432,8 @@ def test_the_reference_equals_transformers_qwen3_moe_block(norm_topk):
     loss against its load_balancing_loss_func, which divides each top-k slot's counts
     by n where Megatron-LM divides all n k copies' by n k: top_k times the reference's
     at coefficient 1."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = require("torch")
+    transformers = require("transformers")
     from transformers.models.qwen3_moe import modeling_qwen3_moe
 
     h, e, k, f = 16, 4, 2, 8

@@ -37,6 +37,7 @@ import pytest
 import msgen
 from msgen.cli import main
 from tests.emit_fixtures import SPECS, compile_spec
+from tests.oracles import require
 
 pytestmark = pytest.mark.slow
 
@@ -367,7 +368,6 @@ def test_the_run_json_spec_is_compared_when_it_is_here(trained, tmp_path, monkey
 
 # the pictures ----------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")  # fmt: skip
 PROBE = """<script>
@@ -386,11 +386,10 @@ document.getElementById("probe").textContent = JSON.stringify(out);
 
 
 def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()]
+    cmd = [require("chromium"), *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium (.ci/run installs it)")
 def test_the_html_opens_in_chromium_with_every_plot_drawn(trained, tmp_path):
     page = tmp_path / "report.html"
     assert report(trained, "--spec", SPEC, "--html", page)[0] in (0, 1)

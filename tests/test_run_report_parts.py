@@ -1,8 +1,9 @@
 """`msgen report` on runs that are not whole: a row cut short, a malformed row, ranks
 at different steps, no run.json, a rank missing; and on what is no run at all. Each
 is said in a note (the report goes on) or is a usage error (exit 2, one line). The
-published JSON schema is the report's. No MindSpore here: the logs are written as
-train.py writes them (tests/test_run_report.py reads real ones)."""
+published JSON schema is the report's. Alarm rules that need no real run: validation
+rising, and a straggler against the other ranks' median. No MindSpore here: the logs
+are written as train.py writes them (tests/test_run_report.py reads real ones)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from msgen.cli import main
 from msgen.runs.alarms import Thresholds
 from msgen.runs.output import RunReport
+from tests.oracles import require
 
 HEADER = (
     "step,loss,perplexity,lr,grad_norm,loss_scale,skipped,tokens_per_s,step_time,mfu,"
@@ -138,7 +140,7 @@ def test_the_published_json_schema_is_the_reports():
 
 
 def test_the_json_holds_to_the_schema(tmp_path):
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = require("jsonschema")
     run = lay_out(tmp_path, {0: HEADER + "".join(row(s) for s in range(1, 31))}, world=1)
     _, doc = notes(run)
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
@@ -157,3 +159,22 @@ def test_validation_rising_again_without_a_new_best_is_the_same_alarm(tmp_path):
     status, out, _ = report(lay_out(tmp_path, {0: HEADER + rows}, world=1), "--json")
     alarms = [(a["kind"], a["step"]) for a in json.loads(out)["alarms"]]
     assert (status, alarms) == (1, [("valid_loss_rising", 30)])
+
+
+def test_a_straggler_is_judged_against_the_other_ranks_alone(tmp_path):
+    """docs/report.md's rule: a straggler took more than 1.25 x the median of the
+    *other* ranks at the same step, 3 steps in a row. Two ranks at 0.128 s a step,
+    rank 1 at 1.4 x that on steps 30-33: against the other rank alone 1.4 > 1.25, an
+    alarm at step 30 on rank 1; a median that took the rank itself in would be
+    (1 + 1.4) / 2 = 1.2, and 1.4 / 1.2 = 1.17 would pass it."""
+
+    def log(rank: int) -> str:
+        rows = [row(s) for s in range(1, 61)]
+        for s in range(30, 34) if rank == 1 else ():
+            rows[s - 1] = rows[s - 1].replace(",0.128,", f",{0.128 * 1.4:.6g},")
+        return HEADER + "".join(rows)
+
+    run = lay_out(tmp_path, {0: log(0), 1: log(1)}, world=2)
+    status, out, _ = report(run, "--json")
+    alarms = [(a["kind"], a["step"], a["ranks"]) for a in json.loads(out)["alarms"]]
+    assert (status, alarms) == (1, [("straggler", 30, [1])])

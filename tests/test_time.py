@@ -117,6 +117,27 @@ def test_more_micro_batches_never_raise_the_bubble_fraction(pp, m, extra):
     assert share_after <= share_before + 1e-12
 
 
+@pytest.mark.parametrize("pp, chunks, m", [(2, 2, 4), (4, 2, 8), (2, 4, 6)])
+def test_the_interleaved_bubble_is_narayanans(pp, chunks, m):
+    """Narayanan et al. 2021 (sec. 2.2.2), as Megatron-LM schedules it: with v model
+    chunks per device the pipeline fills and drains in (p - 1) chunk-steps of 1 / v of
+    a micro-batch's forward and backward each, so the bubble is (p - 1) / (v m) of the
+    m micro-batches' work instead of 1F1B's (p - 1) / m; written here from the paper,
+    not read from msgen. Each stage's bubble time is that fraction of the slowest
+    stage's work (its compute, the tp communication its matmuls do not hide, and its
+    pipeline sends: every micro-batch term of the stage)."""
+    text = spec_text(pp=pp, layers=8, micro_batches=m, schedule=f"interleaved(chunks = {chunks})")
+    t = timed(checked(text))
+    assert t.bubble_fraction == pytest.approx((pp - 1) / (chunks * m), rel=1e-12)
+    plain = timed(checked(spec_text(pp=pp, layers=8, micro_batches=m)))
+    assert plain.bubble_fraction == pytest.approx((pp - 1) / m, rel=1e-12)
+    work = max(
+        s.forward_s + s.backward_s + s.recompute_s + s.tp_comm_s + s.pp_comm_s for s in t.stages
+    )
+    for s in t.stages:
+        assert s.bubble_s == pytest.approx((pp - 1) / (chunks * m) * work, rel=1e-9)
+
+
 @pytest.mark.parametrize("mode", ["full", "select(att)", "select(act)", "select(att, d1)"])
 @pytest.mark.parametrize("mesh", [dict(tp=2), dict(tp=2, pp=2, micro_batches=4), dict(dp=2)])
 def test_removing_recompute_never_slows_the_step(mode, mesh):
