@@ -85,6 +85,20 @@ def test_a_dropless_moe_estimate_is_labelled_not_validated(capsys, name):
     assert "MoE step time NOT VALIDATED: no published run checks dropless dispatch" in text
 
 
+def test_the_svg_summary_carries_the_label(capsys, tmp_path):
+    for spec, label in [
+        (VALIDATION / "qwen3_30b_a3b.msl", "; MoE step time NOT VALIDATED"),
+        (VALIDATION / "mixtral_8x7b_mindspeed.msl", "; MoE step time checked"),
+        (ROOT / "specs" / "gpt7b.msl", ""),
+    ]:
+        svg = tmp_path / f"{spec.stem}.svg"
+        main(["estimate", str(spec), "--svg", str(svg)])
+        capsys.readouterr()
+        (summary,) = re.findall(r'y="40" font-size="11">([^<]*)<', svg.read_text())
+        assert summary.startswith("step ")
+        assert summary.endswith(label) if label else "MoE" not in summary
+
+
 def test_the_checked_run_itself_is_labelled_with_what_it_was_checked_against(capsys):
     text, doc = estimate_out(capsys, VALIDATION / "mixtral_8x7b_mindspeed.msl")
     label = doc["time"]["moe_validation"]

@@ -55,6 +55,6 @@ def estimate_command(result, options: EstimateOptions) -> int:
     if options.svg:
         from msgen.estimate.svg import render_svg
 
-        write_svg(options.svg, options.spec, render_svg(est, timing))
+        write_svg(options.svg, options.spec, render_svg(est, timing, moe))
     # a budget the device cannot give (MSL403) fails though every stage fits it
     return EXIT_OK if est.fits and not has_errors(result.diagnostics) else EXIT_ERRORS

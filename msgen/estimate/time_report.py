@@ -93,6 +93,13 @@ def moe_lines(unchecked: tuple[str, ...], which: str = "") -> list[str]:
     return [*head, *(f"  {c.short}: {c.error:+.1%}" for c in MOE_CHECKS)]
 
 
+def moe_verdict(v: MoeValidation | None) -> str:
+    """The label in a few words, after a one-line summary (the SVG's)."""
+    if v is None:
+        return ""
+    return "; MoE step time checked" if v.validated else "; MoE step time NOT VALIDATED"
+
+
 # The terms of a stage, as the table and the JSON name them.
 TERMS = (
     ("compute_s", "compute"),
