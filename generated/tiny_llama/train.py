@@ -370,8 +370,9 @@ def parameter_groups(network):
 
 def build(distributed, rehearse):
     """The network, its optimizer and the cells of a step, as every rank builds them
-    before semi-auto parallel wraps the step; `rehearse` builds the same on one process
-    with the stand-in for what the parallel pass inserts (RehearsedMirror)."""
+    before semi-auto parallel wraps the step; `rehearse` builds the same on one process,
+    RehearsedMirror standing in for the parameters' mirrors (nothing else the parallel
+    pass inserts is built)."""
     network = TinyLlama()
     optimizer = AdamW(parameter_groups(network), WarmupCosine())
     reducer = mirror = None
