@@ -16,13 +16,16 @@ The mesh splits more than the batch, so the run uses MindSpore's semi-auto
 parallel mode with the shard strategies of model.py; a rank saves only its own
 slices, plus the parallel strategy file that merging or resharding them needs.
 
-    python train.py --rehearse --synthetic --steps 2   # what the cluster builds, on the CPU
+    python train.py --rehearse --synthetic --steps 2   # a rank's cells, on the CPU
 
-`--rehearse` builds in one CPU process everything a rank builds (the gradient
+`--rehearse` builds in one CPU process the cells a rank builds (the gradient
 reducer, the micro-batch wrapper, the loss-scale and overflow logic, the eval
-cell, the checkpoint filter), with a stand-in for what the parallel pass inserts
-instead of the communication, and runs the whole global batch as `--standalone`
-does; it writes `rehearsal.json` beside the log.
+cell) and runs the whole global batch as `--standalone` does; it writes
+`rehearsal.json` beside the log. Of what the parallel pass inserts only the
+parameters' mirrors have a stand-in (their accumulation into accu_grads and the
+gradient they return, per parameter); no communication takes place, so the shard
+strategies, the all-reduces, the parallel optimizer and the pipeline's stages are
+left to the cluster (docs/language.md, "What a rehearsal runs").
 """
 
 import argparse
@@ -383,8 +386,9 @@ def parameter_groups(network):
 
 def build(distributed, rehearse):
     """The network, its optimizer and the cells of a step, as every rank builds them
-    before semi-auto parallel wraps the step; `rehearse` builds the same on one process
-    with the stand-in for what the parallel pass inserts (RehearsedMirror)."""
+    before semi-auto parallel wraps the step; `rehearse` builds the same on one process,
+    RehearsedMirror standing in for the parameters' mirrors (nothing else the parallel
+    pass inserts is built)."""
     network = Gpt7b()
     optimizer = AdamW(parameter_groups(network), WarmupCosine())
     scaler = amp.DynamicLossScaler(LOSS_SCALE, 2, LOSS_SCALE_WINDOW)
@@ -1075,7 +1079,7 @@ def parse_args():
     parser.add_argument(
         "--rehearse",
         action="store_true",
-        help="one CPU process that builds and runs what the cluster run does",
+        help="one CPU process running the cells a rank builds, without communication",
     )
     args = parser.parse_args()
     if args.rehearse and args.standalone:

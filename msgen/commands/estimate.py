@@ -15,7 +15,7 @@ from msgen.estimate.memory import estimate
 from msgen.estimate.output import estimate_report
 from msgen.estimate.report import render_text
 from msgen.estimate.time import step_time
-from msgen.estimate.time_report import render_time
+from msgen.estimate.time_report import moe_validation, render_time
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,17 @@ def estimate_command(result, options: EstimateOptions) -> int:
     plan = Plan(result.spec, result.facts)
     est = estimate(plan)
     timing = step_time(plan, est, options.device)
+    moe = moe_validation(result.spec, result.spec.mesh.ep, result.spec.mesh.tp)
     if options.json:
-        report = estimate_report(est, timing).model_dump(mode="json")
+        report = estimate_report(est, timing, moe).model_dump(mode="json")
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         sys.stdout.write(
-            render_text(est, list(options.overrides), render_time(timing) if timing else ())
+            render_text(est, list(options.overrides), render_time(timing, moe) if timing else ())
         )
     if options.svg:
         from msgen.estimate.svg import render_svg
 
-        write_svg(options.svg, options.spec, render_svg(est, timing))
+        write_svg(options.svg, options.spec, render_svg(est, timing, moe))
     # a budget the device cannot give (MSL403) fails though every stage fits it
     return EXIT_OK if est.fits and not has_errors(result.diagnostics) else EXIT_ERRORS

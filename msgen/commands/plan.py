@@ -56,9 +56,11 @@ def plan_command(result, options: PlanOptions) -> int:
     )
     shown = replace(found, plans=found.plans[: options.top])
     if options.json:
-        sys.stdout.write(json.dumps(search_json(shown, options.objective), indent=2) + "\n")
+        sys.stdout.write(
+            json.dumps(search_json(shown, options.objective, result.spec), indent=2) + "\n"
+        )
     else:
-        sys.stdout.write(render(shown, result.spec.model.name, options.objective))
+        sys.stdout.write(render(shown, result.spec, options.objective))
     if options.write is not None and found.plans:
         if pick > len(found.plans):
             raise UsageError(f"--pick {pick}: only {len(found.plans)} plans fit")

@@ -17,6 +17,7 @@ from msgen.estimate.memory import Estimate, StageMemory
 
 if TYPE_CHECKING:  # compile writes the memory estimate only: it never loads the time model
     from msgen.estimate.time import StepTime
+    from msgen.estimate.time_report import MoeValidation
 
 
 class _Data(BaseModel):
@@ -107,6 +108,28 @@ class StageTimeReport(_Data):
     total_s: float
 
 
+class MoeCheckReport(_Data):
+    """A published MoE run the step-time model was checked against (not fitted on)."""
+
+    source: str = Field(description="as specs/validation/published.json names the run")
+    spec: str = Field(description="its spec in specs/validation")
+    device: str
+    dispatch: str = Field(description='"capacity" or "dropless"')
+    ep_across_servers: bool
+    error: float = Field(description="predicted / measured step time - 1")
+
+
+class MoeValidationReport(_Data):
+    """Whether the published MoE runs the model was checked against cover this spec."""
+
+    validated: bool = Field(
+        description="true when every part of this spec's MoE step time (dispatch, device, "
+        "where the ep all-to-alls run) was exercised by a checked run"
+    )
+    reason: str | None = Field(description="what no checked run has, when not validated")
+    checked_against: list[MoeCheckReport]
+
+
 class TimeReport(_Data):
     """The step-time model; `step_s` is the largest stage `total_s`."""
 
@@ -120,6 +143,9 @@ class TimeReport(_Data):
     bubble_fraction: float
     layers: list[LayerTimeReport]
     stages: list[StageTimeReport]
+    moe_validation: MoeValidationReport | None = Field(
+        None, description="with moe ops only: what the MoE step time was checked against"
+    )
 
 
 class EstimateReport(_Data):
@@ -168,7 +194,15 @@ def stage_report(s: StageMemory) -> StageReport:
     )
 
 
-def time_report(t: StepTime) -> TimeReport:
+def moe_validation_report(v: MoeValidation) -> MoeValidationReport:
+    return MoeValidationReport(
+        validated=v.validated,
+        reason=f"no published run checks {', '.join(v.unchecked)}" if v.unchecked else None,
+        checked_against=[MoeCheckReport(**fields_of(MoeCheckReport, c)) for c in v.checks],
+    )
+
+
+def time_report(t: StepTime, moe: MoeValidation | None = None) -> TimeReport:
     return TimeReport(
         device=t.device,
         step_s=t.step_s,
@@ -180,10 +214,13 @@ def time_report(t: StepTime) -> TimeReport:
         bubble_fraction=t.bubble_fraction,
         layers=[LayerTimeReport(**fields_of(LayerTimeReport, k)) for k in t.layers],
         stages=[StageTimeReport(**fields_of(StageTimeReport, s)) for s in t.stages],
+        moe_validation=moe_validation_report(moe) if moe else None,
     )
 
 
-def estimate_report(est: Estimate, timing: StepTime | None = None) -> EstimateReport:
+def estimate_report(
+    est: Estimate, timing: StepTime | None = None, moe: MoeValidation | None = None
+) -> EstimateReport:
     prec = est.precision
     device = est.device
     return EstimateReport(
@@ -211,5 +248,5 @@ def estimate_report(est: Estimate, timing: StepTime | None = None) -> EstimateRe
         runtime_reserve_bytes=device.reserve_bytes if device else None,
         fits=est.fits,
         stages=[stage_report(s) for s in est.stages],
-        time=time_report(timing) if timing else None,
+        time=time_report(timing, moe) if timing else None,
     )

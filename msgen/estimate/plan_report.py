@@ -16,11 +16,17 @@ from __future__ import annotations
 from msgen.estimate.output import stage_report, time_report
 from msgen.estimate.planner import Ranked, Search
 from msgen.estimate.report import gib
-from msgen.estimate.time_report import seconds
+from msgen.estimate.time_report import moe_lines, moe_validation, seconds
 from msgen.estimate.whatif import set_args
+from msgen.ir.models import Spec
 
 
-def ranked_json(r: Ranked, flags: tuple[str, ...]) -> dict:
+def moe_of(r: Ranked, spec: Spec):
+    """What the layout's MoE step time was checked against (None without moe ops)."""
+    return moe_validation(spec, r.layout.ep or 1, r.layout.tp)
+
+
+def ranked_json(r: Ranked, flags: tuple[str, ...], spec: Spec) -> dict:
     t = r.time
     peak = r.estimate.peak
     return {
@@ -35,24 +41,25 @@ def ranked_json(r: Ranked, flags: tuple[str, ...]) -> dict:
         "hfu": t.hfu,
         "tokens_per_s_per_device": t.tokens_per_s_per_device,
         "memory": stage_report(peak).model_dump(mode="json"),
-        "time": time_report(t).model_dump(mode="json"),
+        "time": time_report(t, moe_of(r, spec)).model_dump(mode="json"),
     }
 
 
-def search_json(found: Search, objective: str) -> dict:
+def search_json(found: Search, objective: str, spec: Spec) -> dict:
     out: dict = {"objective": objective, "searched": found.searched, "fitting": found.fitting}
     if found.spec is not None:
-        mine = ranked_json(found.spec, found.flags(found.spec))
+        mine = ranked_json(found.spec, found.flags(found.spec), spec)
         out["spec"] = {k: mine[k] for k in ("step_s", "peak_bytes", "mfu", "fits", "set")}
     out["plans"] = [
-        {"rank": i + 1, **ranked_json(r, found.flags(r))} for i, r in enumerate(found.plans)
+        {"rank": i + 1, **ranked_json(r, found.flags(r), spec)} for i, r in enumerate(found.plans)
     ]
     if not found.plans and found.smallest is not None:
-        out["smallest"] = ranked_json(found.smallest, found.flags(found.smallest))
+        out["smallest"] = ranked_json(found.smallest, found.flags(found.smallest), spec)
     return out
 
 
 TIGHT = " [TIGHT: less spare than the headroom; check warns MSL402]"
+UNVALIDATED = " [MoE time NOT VALIDATED]"
 
 
 def describe(r: Ranked) -> str:
@@ -65,27 +72,50 @@ def describe(r: Ranked) -> str:
     )
 
 
-def line(r: Ranked) -> str:
+def line(r: Ranked, spec: Spec) -> str:
     budget = r.estimate.budget_bytes
     spare = f", {gib(budget - r.peak_bytes)} GiB spare" if budget is not None else ""
     flag = "" if r.headroom_kept or not r.estimate.fits else TIGHT
+    moe = moe_of(r, spec)
+    flag += UNVALIDATED if moe and not moe.validated else ""
     return (
         f"step {seconds(r.time.step_s)}, MFU {r.time.mfu:.1%}, peak {gib(r.peak_bytes)} GiB"
         f"{spare} (headroom {gib(r.estimate.peak.headroom_bytes)} GiB){flag}"
     )
 
 
-def render(found: Search, model: str, objective: str) -> str:
+def moe_note(found: Search, spec: Spec) -> list[str]:
+    """With moe ops, once: what the MoE step times were checked against, and what the
+    plans marked NOT VALIDATED have that no checked run had."""
+    ranked = [r for r in (found.spec, *found.plans) if r is not None]
+    judged = [v for v in (moe_of(r, spec) for r in ranked) if v is not None]
+    if not judged:
+        return []
+    unchecked = tuple(sorted({u for v in judged for u in v.unchecked}))
+    return ["", *moe_lines(unchecked, " for the plans marked so")]
+
+
+def render(found: Search, spec: Spec, objective: str) -> str:
     by = "step time" if objective == "time" else "peak memory"
     lines = [
-        f"{model}: {found.searched:,} layouts pass every check but the budget; "
-        f"{found.fitting:,} fit; ranked by {by}"
+        f"{spec.model.name}: {found.searched:,} layouts pass every check but the budget; "
+        f"{found.fitting:,} fit; ranked by {by}",
+        *moe_note(found, spec),
     ]
     if found.spec is not None:
         verdict = "fits" if found.spec_fits else "does NOT fit"
-        lines += ["", f"as written ({verdict}): {line(found.spec)}", f"  {describe(found.spec)}"]
+        lines += [
+            "",
+            f"as written ({verdict}): {line(found.spec, spec)}",
+            f"  {describe(found.spec)}",
+        ]
     for i, r in enumerate(found.plans):
-        lines += ["", f"{i + 1}. {line(r)}", f"   {describe(r)}", f"   {set_args(found.flags(r))}"]
+        lines += [
+            "",
+            f"{i + 1}. {line(r, spec)}",
+            f"   {describe(r)}",
+            f"   {set_args(found.flags(r))}",
+        ]
     if not found.plans:
         lines += ["", "nothing fits the budget on these devices."]
         if found.smallest is not None:

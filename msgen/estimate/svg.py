@@ -15,7 +15,7 @@ from math import floor, log10
 from msgen.estimate.memory import Estimate, GiB
 from msgen.estimate.report import ROWS, gib
 from msgen.estimate.time import StepTime
-from msgen.estimate.time_report import TERMS, seconds, summary
+from msgen.estimate.time_report import TERMS, MoeValidation, moe_verdict, seconds, summary
 from msgen.resources import template
 
 COLORS = {
@@ -43,12 +43,16 @@ def f(x: float) -> str:
     return f"{x:.1f}"
 
 
-def render_svg(est: Estimate, timing: StepTime | None = None) -> str:
+def render_svg(
+    est: Estimate, timing: StepTime | None = None, moe: MoeValidation | None = None
+) -> str:
     """The drawing as numbers (`drawing`), then templates/estimate.svg.j2."""
-    return template("estimate.svg.j2").render(**drawing(est, timing))
+    return template("estimate.svg.j2").render(**drawing(est, timing, moe))
 
 
-def drawing(est: Estimate, timing: StepTime | None = None) -> dict:
+def drawing(
+    est: Estimate, timing: StepTime | None = None, moe: MoeValidation | None = None
+) -> dict:
     """Every position and label of the SVG, as text ready for the template."""
     stages = est.stages
     slot = max(14, min(80, 640 // len(stages)))
@@ -114,7 +118,7 @@ def drawing(est: Estimate, timing: StepTime | None = None) -> dict:
         "width": width,
         "height": TOP + PLOT_H + BOTTOM,
         "title": escape(title),
-        "summary": escape(summary(timing)) if timing is not None else None,
+        "summary": escape(summary(timing) + moe_verdict(moe)) if timing is not None else None,
         "left": LEFT,
         "right": LEFT + plot_w,
         "top": TOP,
