@@ -11,12 +11,12 @@ import pytest
 
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze, analyze_text
+from msgen.estimate.activations import kept_saves
 from msgen.estimate.memory import (
     GiB,
     MiB,
     estimate,
     in_flight,
-    kept_saves,
     param_states,
     precision,
 )
