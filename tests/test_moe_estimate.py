@@ -13,8 +13,9 @@ import pytest
 from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
+from msgen.estimate.activations import saved_bytes
 from msgen.estimate.flops import op_work
-from msgen.estimate.memory import estimate, param_states, precision, saved_bytes
+from msgen.estimate.memory import estimate, param_states, precision
 from msgen.estimate.time import Machine, group_bytes, step_time
 from msgen.ir.devices import DEVICES
 

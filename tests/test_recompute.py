@@ -22,7 +22,7 @@ from msgen.analysis.plan import build_plan
 from msgen.compiler import analyze
 from msgen.emit.build import build_context
 from msgen.emit.render import render_model
-from msgen.estimate.memory import kept_saves
+from msgen.estimate.activations import kept_saves
 from tests.emit_fixtures import ROOT, load, network_class
 
 SPECS = sorted((ROOT / "specs").glob("*.msl"))

@@ -4,7 +4,8 @@ Every number comes from the facts the check passes built: each parameter with
 its own split, and the tensors each op saves for backward (`OpDef.saves`).
 Nothing here knows an architecture. The rules are DESIGN.md's "Memory
 accounting rules"; reference/estimator.md has the published numbers they
-reproduce. Devices of one stage hold equal slices (splits divide evenly), so
+reproduce. What a layer keeps and what its recompute re-makes in backward:
+msgen/estimate/activations.py. Devices of one stage hold equal slices (splits divide evenly), so
 one device stands for its stage; a dim that did not divide would be rounded up
 (the most-loaded device).
 """
@@ -15,14 +16,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, prod
 
-from msgen.analysis.facts import GraphFacts
 from msgen.analysis.plan import Plan
+from msgen.estimate.activations import (
+    layer_activation_bytes,
+    network_saves,
+    recompute_label,
+    recompute_working_bytes,
+    slice_shape,
+)
 from msgen.ir.devices import DEVICES, Device
 from msgen.ir.fieldwise import Fieldwise
-from msgen.ir.models import Recompute, Spec, Split
-from msgen.ir.schema import DTYPE_BYTES, RecomputeMode, Schedule
-from msgen.ops import OPS
-from msgen.ops.base import Param, Saved
+from msgen.ir.models import Spec
+from msgen.ir.schema import DTYPE_BYTES, Schedule
+from msgen.ops.base import Param
 
 GiB = 2**30
 MiB = 2**20
@@ -66,11 +72,6 @@ def precision(spec: Spec) -> Precision:
         master_dtype=master,
         grad_dtype=grad,
     )
-
-
-def slice_shape(shape: tuple[int, ...], split: Split, sizes: dict[str, int]) -> tuple[int, ...]:
-    """One device's slice: each dim divided by the axes splitting it (rounded up)."""
-    return tuple(ceil(n / prod(sizes.get(a, 1) for a in axes)) for n, axes in zip(shape, split))
 
 
 @dataclass(frozen=True)
@@ -135,57 +136,6 @@ def param_states(
 # activations ------------------------------------------------------------------
 
 
-def saved_bytes(s: Saved, sizes: dict[str, int]) -> int:
-    return prod(slice_shape(s.shape, s.split, sizes)) * s.itemsize
-
-
-def recompute_label(rc: Recompute | None) -> str:
-    if rc is None or rc.mode == RecomputeMode.NONE:
-        return "none"
-    if rc.mode == RecomputeMode.FULL:
-        return "full"
-    return f"select({', '.join(r.name for r in rc.ops)})"
-
-
-def kept_saves(gf: GraphFacts, rc: Recompute | None) -> dict[str, Saved]:
-    """What one copy of a layer keeps for backward after recompute, one entry per
-    distinct tensor (by key), in op order.
-
-    `full` keeps only the layer's input. `select(op, ...)` drops what the named
-    ops save beyond their inputs and keeps those inputs instead; a named
-    primitive op's output is recomputed too, so no consumer keeps it, while a
-    named composite op (a Cell) keeps its output. An input that is itself the
-    output of a named primitive is recomputed from that op's own inputs.
-    """
-    if rc is not None and rc.mode == RecomputeMode.FULL:
-        decl = gf.graph.input
-        t = gf.tensors[decl.name]
-        return {decl.name: Saved(decl.name, t.shape, t.split, t.itemsize, "input")}
-    named = (
-        [r.name for r in rc.ops if r.name in gf.ops]
-        if rc and rc.mode == RecomputeMode.SELECT
-        else []
-    )
-    recomputed = {n for n in named if OPS[gf.ops[n].node.kind].selected_drops_output}
-    kept: dict[str, Saved] = {}
-    for name, of in gf.ops.items():
-        for s in of.saves:
-            if (name in named and s.role != "input") or s.key in recomputed:
-                continue
-            kept.setdefault(s.key, s)
-    for name in named:
-        of = gf.ops[name]
-        for ref, t in zip(of.node.inputs, of.inputs):
-            if ref.name not in recomputed:
-                kept.setdefault(ref.name, Saved(ref.name, t.shape, t.split, t.itemsize, "input"))
-    return kept
-
-
-def layer_activation_bytes(gf: GraphFacts, rc: Recompute | None, sizes: dict[str, int]) -> int:
-    """Bytes one copy of a layer keeps per micro-batch on one device."""
-    return sum(saved_bytes(s, sizes) for s in kept_saves(gf, rc).values())
-
-
 def in_flight(spec: Spec, stage: int) -> Fraction:
     """Micro-batches whose activations a stage holds at its peak.
 
@@ -220,6 +170,7 @@ class LayerKind:
     copies: int
     recompute: str
     activation_bytes_per_layer: int
+    recompute_working_bytes: int  # one copy, one micro-batch (activations.py)
 
 
 @dataclass(frozen=True)
@@ -237,8 +188,13 @@ class StageMemory:
     activations_bytes: int
     other_activations_bytes: int
     logits_bytes: int
+    # The recomputed layer's working memory: once per stage, one layer and one
+    # micro-batch at a time (the largest kind's), less what the network's ops after
+    # the layers saved for that micro-batch, freed before any layer's backward.
+    recompute_working_bytes: int
     hccl_bytes: int
     budget_bytes: int | None
+    freed_before_layers_bytes: int = 0  # what the working memory is net of
 
     @property
     def total_bytes(self) -> int:
@@ -250,6 +206,7 @@ class StageMemory:
             + self.activations_bytes
             + self.other_activations_bytes
             + self.logits_bytes
+            + self.recompute_working_bytes
             + self.hccl_bytes
         )
 
@@ -316,26 +273,6 @@ def hccl_bytes(spec: Spec) -> int:
     return axes * 2 * HCCL_BUFFER
 
 
-def network_saves(plan: Plan, sizes: dict[str, int]) -> tuple[list[int], list[int]]:
-    """Per stage, bytes per micro-batch that the network's own ops save: (others,
-    the loss op's). The loss op's (the fp32 logits) are the logits row."""
-    gf = plan.graph("network")
-    loss = gf.graph.output
-    others, logits = [0] * plan.stages, [0] * plan.stages
-    seen: set[tuple[int, str]] = set()
-    ops = sorted(gf.ops.items(), key=lambda item: item[0] != loss)  # the loss op first
-    for name, of in ops:
-        if of.node.kind == "repeat":
-            continue
-        stage = plan.network_op_stage(of.node)
-        row = logits if name == loss else others
-        for s in of.saves:
-            if (stage, s.key) not in seen:
-                seen.add((stage, s.key))
-                row[stage] += saved_bytes(s, sizes)
-    return others, logits
-
-
 def estimate(plan: Plan) -> Estimate:
     spec = plan.spec
     mesh = spec.mesh
@@ -347,6 +284,7 @@ def estimate(plan: Plan) -> Estimate:
         r.layer: (
             param_states([p for _, p in plan.layer_params(r.layer)], sizes, prec, zero),
             layer_activation_bytes(plan.graph(r.layer), spec.recompute.get(r.layer), sizes),
+            recompute_working_bytes(plan.graph(r.layer), spec.recompute.get(r.layer), sizes),
         )
         for r in plan.repeats
     }
@@ -358,7 +296,7 @@ def estimate(plan: Plan) -> Estimate:
         states = param_states(params, sizes, prec, zero)
         for stage in plan.network_param_stages(op):
             network_states[stage] += states
-    others, logits = network_saves(plan, sizes)
+    others, logits, freed = network_saves(plan, sizes)
     accumulate = spec.micro_batches > 1
     hccl = hccl_bytes(spec)
     stages = []
@@ -367,13 +305,14 @@ def estimate(plan: Plan) -> Estimate:
         states = network_states[stage]
         kinds = []
         for layer, n in copies.items():
-            layer_states, act = per_copy[layer]
+            layer_states, act, working = per_copy[layer]
             states += layer_states * n
             label = recompute_label(spec.recompute.get(layer))
-            kinds.append(LayerKind(layer, n, label, act))
+            kinds.append(LayerKind(layer, n, label, act, working))
         layers = sum(copies.values())
         per_micro_batch = sum(k.copies * k.activation_bytes_per_layer for k in kinds)
         flight = in_flight(spec, stage)
+        working = max((k.recompute_working_bytes for k in kinds), default=0)
         stages.append(
             StageMemory(
                 stage=stage,
@@ -390,8 +329,10 @@ def estimate(plan: Plan) -> Estimate:
                 activations_bytes=ceil(per_micro_batch * flight),
                 other_activations_bytes=ceil(others[stage] * flight),
                 logits_bytes=ceil(logits[stage] * flight),
+                recompute_working_bytes=max(0, working - freed[stage]),
                 hccl_bytes=hccl,
                 budget_bytes=budget,
+                freed_before_layers_bytes=freed[stage] if working else 0,
             )
         )
     return Estimate(

@@ -51,6 +51,10 @@ class LayerKind(_Data):
     copies: int
     recompute: str
     activation_bytes_per_layer: int
+    recompute_working_bytes: int = Field(
+        description="what backward re-makes of one copy's saved tensors for one "
+        "micro-batch beyond what the copy keeps, at its largest (0 without recompute)"
+    )
 
 
 class StageReport(_Data):
@@ -75,6 +79,12 @@ class StageReport(_Data):
     )
     other_activations_bytes: int
     logits_bytes: int
+    recompute_working_bytes: int = Field(
+        description="the recomputed layer's working memory, once per stage (one layer, one "
+        "micro-batch at a time): the largest layer_kinds recompute_working_bytes, less what "
+        "the network's ops after the layers saved for that micro-batch (freed before any "
+        "layer's backward), at least 0"
+    )
     hccl_bytes: int
     total_bytes: int
     headroom_bytes: int

@@ -30,7 +30,8 @@ from itertools import product
 from msgen.analysis.plan import Plan
 from msgen.checks import INDEPENDENT_PASSES, run_checks
 from msgen.diagnostics import has_errors
-from msgen.estimate.memory import Estimate, estimate, recompute_label
+from msgen.estimate.activations import recompute_label
+from msgen.estimate.memory import Estimate, estimate
 from msgen.estimate.time import StepTime, step_time
 from msgen.estimate.whatif import apply
 from msgen.ir.devices import Device

@@ -18,6 +18,7 @@ ROWS = (
     ("activations_bytes", "activations"),
     ("other_activations_bytes", "other activations"),
     ("logits_bytes", "logits"),
+    ("recompute_working_bytes", "recompute working"),
     ("hccl_bytes", "HCCL"),
 )
 
@@ -47,6 +48,26 @@ def activation_note(stage: StageMemory) -> str:
         for k in stage.layer_kinds
     )
     return f"[{kinds}] {times}" if kinds else "no repeated layers"
+
+
+def working_note(stage: StageMemory) -> str:
+    """What the recompute working row holds: the largest recomputed layer kind's
+    re-made tensors, once, net of the network's tensors freed before the layers'
+    backward."""
+    kinds = [k for k in stage.layer_kinds if k.recompute_working_bytes]
+    if not kinds:
+        return "none: nothing recomputed"
+    kind = max(kinds, key=lambda k: k.recompute_working_bytes)
+    note = (
+        f"one {kind.layer} layer's tensors re-made in backward, one micro-batch "
+        f"({format_bytes(kind.recompute_working_bytes)}, recompute {kind.recompute})"
+    )
+    if stage.freed_before_layers_bytes:
+        note += (
+            f", less {format_bytes(stage.freed_before_layers_bytes)} the ops after the "
+            "layers freed by then"
+        )
+    return note
 
 
 def breakdown(stage: StageMemory) -> str:
@@ -91,6 +112,7 @@ def row_notes(est: Estimate, stage: StageMemory) -> dict[str, str]:
         "activations_bytes": activation_note(stage),
         "other_activations_bytes": "saved by the network's ops outside the repeated layers",
         "logits_bytes": "the loss's working set (fp32 logits)" if stage.logits_bytes else "",
+        "recompute_working_bytes": working_note(stage),
         "hccl_bytes": (
             f"2 x 200 MiB for each of {', '.join(axes)}" if axes else "none: one device"
         ),

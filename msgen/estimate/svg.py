@@ -26,6 +26,7 @@ COLORS = {
     "activations_bytes": "#59a14f",
     "other_activations_bytes": "#edc948",
     "logits_bytes": "#b07aa1",
+    "recompute_working_bytes": "#ff9da7",
     "hccl_bytes": "#9c755f",
 }
 BUDGET_COLOR = "#d62728"
