@@ -1,12 +1,14 @@
 """`train.py --rehearse`: what a rank builds, run on one CPU process, trains as `--standalone`.
 
 The rehearsal builds the gradient reducer, the micro-batch wrapper, the loss-scale and
-overflow logic and the checkpoint filter a rank builds, and stands in for what
-semi-auto parallel's mirrors do (RehearsedMirror). Stand-alone runs the logical model
-with none of that, so the two agreeing step by step (loss and every weight and moment
-after each step) is the oracle: a reducer that takes the wrong buffer, or a mirror path
-that does not match what the parallel pass inserts, trains on constant gradients and
-parts from it at the first step.
+overflow logic and the checkpoint filter a rank builds, and stands in for where
+semi-auto parallel leaves each gradient (RehearsedMirror: returned by the parameter's
+mirror, or in `accu_grads`, as train.py's GRADIENT_FROM says). Stand-alone runs the
+logical model with none of that, so the two agreeing step by step (loss and every
+weight and moment after each step) is the oracle: a reducer that takes a gradient from
+the wrong place trains on constant gradients and parts from it at the first step.
+Whether MindSpore inserts a mirror the rehearsal cannot tell (its stand-in follows
+GRADIENT_FROM); the hand table below and tests/test_gradient_source.py's hold it.
 
 The trees cover zero in {0, 1, 2} x pp in {1, 2} x micro_batches in {1, > 1} x loss
 scale dynamic / fixed / none pairwise (every feasible pair of two factors' values in

@@ -20,8 +20,9 @@ slices, plus the parallel strategy file that merging or resharding them needs.
 
 `--rehearse` builds in one CPU process everything a rank builds (the gradient
 reducer, the micro-batch wrapper, the loss-scale and overflow logic, the eval
-cell, the checkpoint filter), with a stand-in for what the parallel pass inserts
-instead of the communication, and runs the whole global batch as `--standalone`
+cell, the checkpoint filter), with a stand-in for where the parallel pass leaves
+each gradient (returned by the parameter's mirror, or in `accu_grads`: GRADIENT_FROM)
+and none of the communication, and runs the whole global batch as `--standalone`
 does; it writes `rehearsal.json` beside the log.
 """
 
@@ -407,7 +408,7 @@ def parameter_groups(network):
 def build(distributed, rehearse):
     """The network, its optimizer and the cells of a step, as every rank builds them
     before semi-auto parallel wraps the step; `rehearse` builds the same on one process
-    with the stand-in for what the parallel pass inserts (RehearsedMirror)."""
+    with the stand-in for where the parallel pass leaves each gradient (RehearsedMirror)."""
     network = Gpt7b()
     optimizer = AdamW(parameter_groups(network), WarmupCosine())
     scaler = amp.DynamicLossScaler(LOSS_SCALE, 2, LOSS_SCALE_WINDOW)
@@ -815,7 +816,7 @@ def write_rehearsal(path, step_cell):
     reducer = step_cell.reducer
     doc["gradient_from"] = {
         name: "mirror" if taken else "accu_grads"
-        for name, taken in zip(reducer.names, reducer.from_mirror)
+        for name, taken in zip(reducer.names, reducer.from_mirror, strict=True)
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
