@@ -136,6 +136,29 @@ def test_the_table_is_the_hand_derived_one(case, zero, tmp_path):
     assert gradient_from(folder) == expected
 
 
+@pytest.mark.parametrize(
+    ("capacity", "experts_from"), [("", M), ("capacity = 1.0, ", A)], ids=["dropless", "capacity"]
+)
+def test_experts_over_all_of_dp_with_tp(capacity, experts_from, tmp_path):
+    """tests/specs/tiny_moe.msl (dp 4, tp 2: 8 devices a stage) with ep = 4 = dp and
+    zero = 1. Dropless, each expert is whole over tp (experts over ep only): the 2 tp
+    ranks of an ep rank hold the same 1 expert, a mirror, "mirror". With a capacity the
+    experts' ffn dim is split over tp too: 4 x 2 = 8 slices, one device each,
+    "accu_grads". The router stays whole (8 copies), the shared expert is split over tp
+    only (4 copies), the norms are whole: "mirror"."""
+    text = SPECS["tiny_moe"].read_text()
+    text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 4\n}")
+    text = text.replace("shared_ffn = ffn, ", f"shared_ffn = ffn, {capacity}")
+    text = text.replace("    seed         = 1234", "    seed         = 1234\n    zero = 1")
+    (tmp_path / "tiny_moe.msl").write_text(text)
+    table = gradient_from(compile_spec(tmp_path / "tiny_moe.msl", tmp_path / "out"))
+    experts = {f"decoder.*.ffn2.{name}" for name in ("gate", "up", "down")}
+    assert {p: s for p, s in table.items() if p in experts} == dict.fromkeys(experts, experts_from)
+    whole_or_tp = ("router", "shared_gate", "shared_up", "shared_down")
+    rest = {f"decoder.*.ffn2.{name}" for name in whole_or_tp} | {"decoder.*.n1.gamma"}
+    assert {p: s for p, s in table.items() if p in rest} == dict.fromkeys(rest, M)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_a_rehearsal_reads_each_gradient_where_the_pass_leaves_it(case, tmp_path):
