@@ -146,21 +146,29 @@ def rule_gradient_factor_is_a_tensor(folder: Path) -> list[str]:
     return problems
 
 
+def replicas(split: list[str], mesh: dict[str, int]) -> int:
+    """Devices of a stage (dp x tp; ep is carved out of dp) holding the same slice."""
+    return mesh["dp"] * mesh["tp"] // prod(splits(split, mesh))
+
+
 def rule_reducer_follows_the_mirror(folder: Path) -> list[str]:
     """Under semi-auto parallel a step of micro-batches (pp > 1 or micro_batches > 1)
     reads its gradients through GradReducer, built (as the rehearsal's stand-in) with
-    whether the parameters' mirrors return the gradient. From MindSpore 2.10's source:
-    GradAccumulation (pp = 1) and Pipeline both make the pass insert micro-step mirrors
-    (CreateMirrorOps), which return it only with the parallel optimizer on (zero > 0,
-    `hsdp`) and otherwise the constant 1.0, having written it to `accu_grads`
-    (ops/_grad_experimental/grad_comm_ops.py); MindSpore's _TrainGradAccuStepCell
-    (nn/wrap/cell_wrapper.py) reads the buffer then too. A step of one micro-batch
-    builds no buffer."""
+    where each parameter's gradient is. From MindSpore 2.10's source: GradAccumulation
+    (pp = 1) and Pipeline both make the pass insert micro-step mirrors (CreateMirrorOps),
+    but only for a parameter another device of its stage holds too (InferMirrorOps,
+    CreateGroupByTensorMap: no group for one device); a mirror returns the gradient only
+    with the parallel optimizer on (zero > 0, `hsdp`) and otherwise the constant 1.0,
+    having written it to `accu_grads`, and a parameter without one receives 0 and keeps
+    it in `accu_grads` (ops/_grad_experimental/grad_comm_ops.py, the micro-step mirror's
+    and _VirtualAssignAdd's bprops). So GRADIENT_FROM is "mirror" exactly for zero > 0
+    and a parameter with replicas in its stage, by plan.json's splits. A step of one
+    micro-batch builds no buffer."""
     doc = plan_of(folder)
     if not semi_auto(doc):
         return []
     module = ast.parse((folder / "train.py").read_text())
-    zero, pp = doc["estimate"]["zero"], doc["mesh"]["pp"]
+    zero, mesh = doc["estimate"]["zero"], doc["mesh"]
     text = ast.unparse(module)
     problems = []
     hsdp = f"cell.hsdp(optimizer_level='level{zero}')" in text
@@ -171,24 +179,38 @@ def rule_reducer_follows_the_mirror(folder: Path) -> list[str]:
         for n in ast.walk(module)
         if isinstance(n, ast.Call) and ast.unparse(n.func) in ("GradReducer", "RehearsedMirror")
     ]
-    accumulates = pp > 1 or doc["micro_batches"] > 1
+    accumulates = mesh["pp"] > 1 or doc["micro_batches"] > 1
     if {ast.unparse(c.func) for c in calls} != (
         {"GradReducer", "RehearsedMirror"} if accumulates else set()
     ):
         problems.append(
             f"reducer cells {sorted(ast.unparse(c.func) for c in calls)}, accumulating {accumulates}"
         )
-    assigned = {
-        ast.unparse(n.targets[0]): n.value
-        for n in module.body
-        if isinstance(n, ast.Assign) and len(n.targets) == 1
-    }
-    for call in calls:
-        flag = ast.unparse(call.args[1]) if len(call.args) > 1 else None
-        expr = assigned.get(flag) if flag else None
-        value = None if expr is None else eval(ast.unparse(expr), {}, {"ZERO": zero, "PP": pp})
-        if value is not (zero > 0):
-            problems.append(f"{ast.unparse(call)}: mirror returns the gradient {value}")
+    if not accumulates:
+        return problems
+    tables = [n.value for n in module.body if isinstance(n, ast.Assign)
+              and ast.unparse(n.targets[0]) == "GRADIENT_FROM"]  # fmt: skip
+    if len(tables) != 1:
+        return problems + ["no GRADIENT_FROM table"]
+    emitted = ast.literal_eval(tables[0])
+    wanted = {p["path"]: p["split"] for p in doc["params"]}
+    wanted |= {f"{r['layer']}.*.{r['name']}": r["split"] for r in doc["layer_params"]}
+    for pattern, split in wanted.items():
+        source = "mirror" if zero > 0 and replicas(split, mesh) > 1 else "accu_grads"
+        if emitted.get(pattern) != source:
+            problems.append(f"{pattern}: GRADIENT_FROM {emitted.get(pattern)}, not {source}")
+    if "return tuple((gradient_from(p.name) == 'mirror' for p in parameters))" not in ast.unparse(
+        function(module, "from_mirror_of")
+    ):
+        problems.append("from_mirror_of does not read GRADIENT_FROM")
+    for cls in ("GradReducer", "RehearsedMirror"):
+        values = assignments(method(module, cls, "__init__")).get("self.from_mirror", [])
+        if [ast.unparse(v) for v in values] != ["from_mirror_of(parameters)"]:
+            problems.append(f"{cls}.from_mirror is not from_mirror_of(parameters)")
+        if "self.from_mirror, grads, self.accu_grads" not in ast.unparse(
+            method(module, cls, "construct")
+        ):
+            problems.append(f"{cls} does not map its gradients with self.from_mirror")
     return problems
 
 
@@ -414,10 +436,10 @@ BREAKS = {
         "self.factor = 1.0 / MICRO_BATCHES",
     ),
     rule_reducer_follows_the_mirror: (
-        "tiny_mixed",
+        "tiny_llama",
         "train.py",
-        "MIRROR_RETURNS_GRADIENT = ZERO > 0",
-        "MIRROR_RETURNS_GRADIENT = PP == 1 or ZERO > 0",
+        "self.from_mirror = from_mirror_of(parameters)",
+        "self.from_mirror = (ZERO > 0,) * len(parameters)",
     ),
     rule_evaluation_skips_the_pipeline: (
         "tiny_dp",

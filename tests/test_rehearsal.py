@@ -1,12 +1,14 @@
 """`train.py --rehearse`: what a rank builds, run on one CPU process, trains as `--standalone`.
 
 The rehearsal builds the gradient reducer, the micro-batch wrapper, the loss-scale and
-overflow logic and the checkpoint filter a rank builds, and stands in for what
-semi-auto parallel's mirrors do (RehearsedMirror). Stand-alone runs the logical model
-with none of that, so the two agreeing step by step (loss and every weight and moment
-after each step) is the oracle: a reducer that takes the wrong buffer, or a mirror path
-that does not match what the parallel pass inserts, trains on constant gradients and
-parts from it at the first step.
+overflow logic and the checkpoint filter a rank builds, and stands in for where
+semi-auto parallel leaves each gradient (RehearsedMirror: returned by the parameter's
+mirror, or in `accu_grads`, as train.py's GRADIENT_FROM says). Stand-alone runs the
+logical model with none of that, so the two agreeing step by step (loss and every
+weight and moment after each step) is the oracle: a reducer that takes a gradient from
+the wrong place trains on constant gradients and parts from it at the first step.
+Whether MindSpore inserts a mirror the rehearsal cannot tell (its stand-in follows
+GRADIENT_FROM); the hand table below and tests/test_gradient_source.py's hold it.
 
 The trees cover zero in {0, 1, 2} x pp in {1, 2} x micro_batches in {1, > 1} x loss
 scale dynamic / fixed / none pairwise (every feasible pair of two factors' values in
@@ -25,6 +27,7 @@ import math
 import os
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -114,13 +117,31 @@ CASES = {
 }
 FAST = {"z0_pp2_mb2_fixed"}
 
-# What each parameter's mirror returns as the gradient, from MindSpore 2.10's source
+# Where the reducer reads each parameter's gradient, from MindSpore 2.10's source
 # (written here, not read from train.py): GradAccumulation (pp = 1) and Pipeline both
-# set grad_accumulation_step or stages, for which the pass inserts micro-step mirrors
-# (CreateMirrorOps), returning the reduced gradient only with the parallel optimizer
-# on and otherwise 1.0 (grad_comm_ops.py, get_bprop_mirror_micro_step_operator,
-# `opt_shard`); MindSpore's own _TrainGradAccuStepCell reads `accu_grads` then.
-MIRROR_RETURNS_GRADIENT = {(pp, zero): zero > 0 for pp in (1, 2) for zero in (0, 1, 2)}
+# make the pass insert micro-step mirrors (CreateMirrorOps), and only for a parameter
+# that another device of its stage also holds (InferMirrorOps); the mirror returns the
+# reduced gradient only with the parallel optimizer on and otherwise 1.0, having
+# written it to `accu_grads` (grad_comm_ops.py, get_bprop_mirror_micro_step_operator,
+# `opt_shard`), and a parameter without a mirror keeps it in `accu_grads` and receives
+# 0 (get_bprop_virtual_assign_add). The mesh is dp 1 x tp 2, so a stage has 2 devices:
+# split over tp (the embedding table [tp, 1], qkv and up weights and biases, proj and
+# down weights), a parameter has no copy on the other device and no mirror; whole
+# (positions, norms, the row-parallel biases), it has one.
+SPLIT_OVER_THE_STAGE = (
+    "emb.table",
+    "decoder.*.qkv.weight",
+    "decoder.*.qkv.bias",
+    "decoder.*.proj.weight",
+    "decoder.*.up.weight",
+    "decoder.*.up.bias",
+    "decoder.*.down.weight",
+)
+
+
+def gradient_from(name: str, zero: int) -> str:
+    split = any(fnmatch(name, pattern) for pattern in SPLIT_OVER_THE_STAGE)
+    return "mirror" if zero > 0 and not split else "accu_grads"
 
 
 def levels(case: tuple) -> tuple:
@@ -244,10 +265,6 @@ def test_a_rehearsal_trains_as_standalone(case, tmp_path):
     if loss_scale == "dynamic":
         expected["scaler"] = "DynamicLossScaler"
     assert built["cells"] == expected
-    if accumulates:
-        assert built["mirror_returns_gradient"] is MIRROR_RETURNS_GRADIENT[pp, zero]
-    else:
-        assert "mirror_returns_gradient" not in built
     params = built["parameters"]
     moments = {n.removeprefix("adam_m."): s for n, s in params.items() if n.startswith("adam_m.")}
     buffers = {
@@ -255,6 +272,10 @@ def test_a_rehearsal_trains_as_standalone(case, tmp_path):
     }
     # One accumulation buffer per trained weight, of its shape, only when the step accumulates.
     assert moments and buffers == (moments if accumulates else {})
+    if accumulates:
+        assert built["gradient_from"] == {name: gradient_from(name, zero) for name in moments}
+    else:
+        assert "gradient_from" not in built
 
 
 def test_rehearse_excludes_standalone(tmp_path):

@@ -21,9 +21,9 @@ slices, plus the parallel strategy file that merging or resharding them needs.
 `--rehearse` builds in one CPU process the cells a rank builds (the gradient
 reducer, the micro-batch wrapper, the loss-scale and overflow logic, the eval
 cell) and runs the whole global batch as `--standalone` does; it writes
-`rehearsal.json` beside the log. Of what the parallel pass inserts only the
-parameters' mirrors have a stand-in (their accumulation into accu_grads and the
-gradient they return, per parameter); no communication takes place, so the shard
+`rehearsal.json` beside the log. Of what the parallel pass inserts only where it
+leaves each gradient has a stand-in (returned by the parameter's mirror, or in
+`accu_grads`: GRADIENT_FROM); no communication takes place, so the shard
 strategies, the all-reduces, the parallel optimizer and the pipeline's stages are
 left to the cluster (docs/language.md, "What a rehearsal runs").
 """
@@ -199,54 +199,82 @@ class AdamW(Optimizer):
 
 
 take_gradient = ops.MultitypeFuncGraph("take_gradient")
-take_accumulated = ops.MultitypeFuncGraph("take_accumulated")
 rehearse_mirror = ops.MultitypeFuncGraph("rehearse_mirror")
 
 
-@take_gradient.register("Tensor", "Tensor", "Tensor")
-def _take_gradient(factor, grad, accu_grad):
-    """The mirror returned the reduced gradient: taken; the buffer it accumulated in is
-    cleared for the next step."""
-    taken = grad * ops.cast(factor, grad.dtype)
-    accu_grad = ops.depend(accu_grad, taken)
-    return ops.depend(taken, ops.assign(accu_grad, ops.zeros_like(accu_grad)))
-
-
-@take_accumulated.register("Tensor", "Tensor", "Tensor")
-def _take_accumulated(factor, grad, accu_grad):
-    """The mirror returned the constant 1.0 and wrote the reduced gradient into the
-    buffer (`grad` is read only to order the read after the backward pass); then
-    cleared."""
-    accu_grad = ops.depend(accu_grad, grad)
-    taken = accu_grad * ops.cast(factor, accu_grad.dtype)
+@take_gradient.register("Tensor", "Bool", "Tensor", "Tensor")
+def _take_gradient(factor, from_mirror, grad, accu_grad):
+    """One parameter's step gradient times `factor`: the one its mirror returned, or
+    the reduced sum the backward pass left in its buffer (`grad` is then read only to
+    order the read after the backward pass); the buffer is cleared for the next step."""
+    if from_mirror:
+        taken = grad * ops.cast(factor, grad.dtype)
+    else:
+        accu_grad = ops.depend(accu_grad, grad)
+        taken = accu_grad * ops.cast(factor, accu_grad.dtype)
     accu_grad = ops.depend(accu_grad, taken)
     return ops.depend(taken, ops.assign(accu_grad, ops.zeros_like(accu_grad)))
 
 
 @rehearse_mirror.register("Bool", "Tensor", "Tensor")
-def _rehearse_mirror(returns_gradient, grad, accu_grad):
-    """--rehearse: one parameter's mirror, its bprop on one process (where the
-    all-reduce over the mirror group is the identity)."""
+def _rehearse_mirror(from_mirror, grad, accu_grad):
+    """--rehearse: what the parallel pass inserts for one parameter, its backward on one
+    process (where the all-reduce over the mirror group is the identity): the gradient
+    added into the buffer, and returned if the parameter's mirror returns it, else 0
+    (what _VirtualAssignAdd's backward returns to a parameter without a mirror)."""
     added = ops.assign_add(accu_grad, grad)
-    if returns_gradient:
+    if from_mirror:
         return ops.depend(grad, added)
-    return ops.depend(ops.ones_like(grad), added)
+    return ops.depend(ops.zeros_like(grad), added)
 
 
-# What the parameters' mirrors return as the gradient in semi-auto parallel. Both
+# Where the step finds each parameter's gradient in semi-auto parallel (msgen's
+# analysis from the parameters' layouts, msgen/analysis/gradients.py). Both
 # accumulating wrappers make the pass insert micro-step mirrors: GradAccumulation's
 # micro-batch slices carry `grad_accu_num` (parallel/nn/parallel_cell_wrapper.py),
 # from which the preprocessing sets grad_accumulation_step (TagMicroBatchStart,
 # graph_util/grad_accumulation_utils.cc), and CreateMirrorOps (ops_info/
 # operator_info.cc) takes _MirrorMicroStepOperator when grad_accumulation_step > 1 or
-# there are pipeline stages. Each micro-batch's gradient is added into `accu_grads` (_VirtualAssignAdd,
-# AddVirtualAssignAdd in the pass's post-processing); the mirror's bprop
+# there are pipeline stages. A parameter gets a mirror only if other devices of its
+# stage hold the same slice (InferMirrorOps: no group for a device set of one). Each
+# micro-batch's gradient is added into `accu_grads` (_VirtualAssignAdd, whose backward
+# returns 0; AddVirtualAssignAdd in the pass's post-processing); the mirror's backward
 # (ops/_grad_experimental/grad_comm_ops.py, get_bprop_mirror_micro_step_operator)
 # returns the reduced sum with the parallel optimizer on (zero > 0) and otherwise the
-# constant 1.0, having written the reduced sum into `accu_grads`. MindSpore's own
-# accumulation step reads the buffer alike (nn/wrap/cell_wrapper.py,
-# _TrainGradAccuStepCell: `accu_grads` without the parallel optimizer, `grads` with it).
-MIRROR_RETURNS_GRADIENT = ZERO > 0
+# constant 1.0, having written the reduced sum into `accu_grads`. So "mirror": the
+# gradient the mirror returns (zero > 0, replicas in the stage); "accu_grads": the
+# buffer (zero = 0, or a parameter split over every device of its stage, which has no
+# mirror). MindSpore's own accumulation step reads the buffer alike without the
+# parallel optimizer (nn/wrap/cell_wrapper.py, _TrainGradAccuStepCell).
+GRADIENT_FROM = {
+    "emb.table": "mirror",
+    "pos.table": "mirror",
+    "decoder.*.ln1.gamma": "mirror",
+    "decoder.*.ln1.beta": "mirror",
+    "decoder.*.qkv.weight": "mirror",
+    "decoder.*.qkv.bias": "mirror",
+    "decoder.*.proj.weight": "mirror",
+    "decoder.*.proj.bias": "mirror",
+    "decoder.*.ln2.gamma": "mirror",
+    "decoder.*.ln2.beta": "mirror",
+    "decoder.*.up.weight": "mirror",
+    "decoder.*.up.bias": "mirror",
+    "decoder.*.down.weight": "mirror",
+    "decoder.*.down.bias": "mirror",
+    "norm.gamma": "mirror",
+    "norm.beta": "mirror",
+}
+
+
+def gradient_from(name):
+    """GRADIENT_FROM's source for a parameter: that of the first pattern its name matches."""
+    return next(s for pattern, s in GRADIENT_FROM.items() if fnmatch(name, pattern))
+
+
+def from_mirror_of(parameters):
+    """Per parameter, in the order given: True where its step gradient is the one its
+    mirror returns, False where it is read from `accu_grads`."""
+    return tuple(gradient_from(p.name) == "mirror" for p in parameters)
 
 
 class GradReducer(nn.Cell):
@@ -258,44 +286,39 @@ class GradReducer(nn.Cell):
     (CreateMirrorInput in the frontend's parallel pass; without `accu_grads` a
     micro-step mirror fails to compile), and mindformers builds the same
     buffer for both (wrapper/wrapper.py, MFPipelineWithLossScaleCell, chosen for
-    pipeline and gradient accumulation in trainer/base_trainer.py). Where the gradient
-    is read follows MIRROR_RETURNS_GRADIENT. MindSpore's PipelineGradReducer reads an
-    undefined name on the buffer path (parallel/nn/parallel_grad_reducer.py,
-    `construct`); so this is msgen's own.
+    pipeline and gradient accumulation in trainer/base_trainer.py). Where each gradient
+    is read follows GRADIENT_FROM. MindSpore's PipelineGradReducer reads an undefined
+    name on the buffer path (parallel/nn/parallel_grad_reducer.py, `construct`), and
+    reads one place for every parameter; so this is msgen's own.
     """
 
-    def __init__(self, parameters, returns_gradient):
+    def __init__(self, parameters):
         super().__init__(auto_prefix=False)
         self.accu_grads = parameters.clone(prefix="accu_grads", init="zeros")
-        self.returns_gradient = returns_gradient
+        self.names = tuple(p.name for p in parameters)
+        self.from_mirror = from_mirror_of(parameters)
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads, factor):
-        if self.returns_gradient:
-            return self.hyper_map(
-                ops.partial(take_gradient, factor), grads, self.accu_grads
-            )
         return self.hyper_map(
-            ops.partial(take_accumulated, factor), grads, self.accu_grads
+            ops.partial(take_gradient, factor), self.from_mirror, grads, self.accu_grads
         )
 
 
 class RehearsedMirror(nn.Cell):
     """--rehearse only, in place of what the parallel pass inserts: each gradient (the
     micro-batches' sum) is added into `accu_grads`, and the step receives what the
-    mirror's bprop returns (MIRROR_RETURNS_GRADIENT): the gradient, or the constant
-    1.0. So GradReducer sees the inputs it sees on the cluster."""
+    pass's backward returns for that parameter (GRADIENT_FROM): the gradient, or a
+    constant. So GradReducer sees the inputs it sees on the cluster."""
 
-    def __init__(self, accu_grads, returns_gradient):
+    def __init__(self, parameters, accu_grads):
         super().__init__(auto_prefix=False)
         self.accu_grads = accu_grads
-        self.returns_gradient = returns_gradient
+        self.from_mirror = from_mirror_of(parameters)
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads):
-        return self.hyper_map(
-            ops.partial(rehearse_mirror, self.returns_gradient), grads, self.accu_grads
-        )
+        return self.hyper_map(rehearse_mirror, self.from_mirror, grads, self.accu_grads)
 
 
 class TrainStep(nn.Cell):
@@ -387,8 +410,8 @@ def parameter_groups(network):
 def build(distributed, rehearse):
     """The network, its optimizer and the cells of a step, as every rank builds them
     before semi-auto parallel wraps the step; `rehearse` builds the same on one process,
-    RehearsedMirror standing in for the parameters' mirrors (nothing else the parallel
-    pass inserts is built)."""
+    RehearsedMirror standing in for where the parallel pass leaves each gradient
+    (nothing else the pass inserts is built)."""
     network = Gpt7b()
     optimizer = AdamW(parameter_groups(network), WarmupCosine())
     scaler = amp.DynamicLossScaler(LOSS_SCALE, 2, LOSS_SCALE_WINDOW)
@@ -396,9 +419,9 @@ def build(distributed, rehearse):
     if distributed or rehearse:
         # Semi-auto parallel accumulates the micro-batches' gradients in a buffer that
         # the reducer reads and clears; stand-alone, the micro-batch sum is one graph.
-        reducer = GradReducer(optimizer.parameters, MIRROR_RETURNS_GRADIENT)
+        reducer = GradReducer(optimizer.parameters)
     if rehearse:
-        mirror = RehearsedMirror(reducer.accu_grads, MIRROR_RETURNS_GRADIENT)
+        mirror = RehearsedMirror(optimizer.parameters, reducer.accu_grads)
     step_cell = TrainStep(
         GradAccumulation(network, MICRO_BATCHES),
         optimizer,
@@ -792,8 +815,12 @@ def write_rehearsal(path, step_cell):
     cells["scaler"] = type(step_cell.scaler).__name__
     parameters = {p.name: list(p.shape) for p in step_cell.get_parameters()}
     doc = {"cells": cells, "parameters": parameters}
-    # Where the reducer reads the gradient: returned by the mirror, or from accu_grads.
-    doc["mirror_returns_gradient"] = step_cell.reducer.returns_gradient
+    # Where the reducer reads each gradient: returned by its mirror, or from accu_grads.
+    reducer = step_cell.reducer
+    doc["gradient_from"] = {
+        name: "mirror" if taken else "accu_grads"
+        for name, taken in zip(reducer.names, reducer.from_mirror, strict=True)
+    }
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 

@@ -4,6 +4,7 @@ int tuples, parameters with their init and decay, stages, fusion ids."""
 from __future__ import annotations
 
 from msgen.analysis.facts import OpFacts
+from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.estimate.flops import step_flops
@@ -235,6 +236,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         chunks=plan.chunks,
         fusion=fusion,
         layer_fusion=layer_fusion,
+        gradient_from=gradient_sources(plan),
         max_device_memory=gigabytes(budget) if budget else "1024GB",
         model_flops_per_step=step_flops(plan).model,
         device=spec.cluster.device,

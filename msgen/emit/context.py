@@ -150,6 +150,9 @@ class ModelContext:
     # and per repeated layer, per `op.param` of one copy, runs of copies sharing an id.
     fusion: tuple[tuple[str, int], ...] = field(default=())
     layer_fusion: tuple[tuple[str, tuple[tuple[str, FusionRuns], ...]], ...] = field(default=())
+    # Where a step of micro-batches reads each parameter's gradient under semi-auto
+    # parallel: (path pattern, "mirror" | "accu_grads"), msgen/analysis/gradients.py
+    gradient_from: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def class_name(self) -> str:

@@ -1,0 +1,67 @@
+"""Where a step of micro-batches finds each parameter's gradient under semi-auto parallel.
+
+MindSpore's parallel pass gives a parameter a mirror (the all-reduce of its gradient
+over the devices holding the same slice) exactly when more than one device of its
+stage holds that slice: OperatorInfo::InferMirrorOps asks CreateGroupByTensorMap for
+the devices that share the parameter's slice (DeviceMatrix::GetDevicesByTensorMap over
+the stage's devices) and, when there is one ("The dev size is 1, no need to create
+group"), inserts none; the parallel optimizer's group is the same set and is skipped
+alike (CreateGroupForOptShard), frontend/parallel/ops_info/operator_info.cc in
+MindSpore's public source. With micro-batches the pass then puts a _VirtualAssignAdd
+between each parameter (or its mirror) and its consumer (AddVirtualAssignAdd,
+MicroBatchPostProcess in the parallel post-processing): its backward adds the
+micro-batch's gradient into the parameter's `accu_grads` twin and returns 0
+(ops/_grad_experimental/grad_comm_ops.py, get_bprop_virtual_assign_add). The
+micro-step mirror's backward, or the parallel optimizer's _MicroStepAllGather in its
+place, then reduces that buffer and returns the result as the parameter's gradient
+when the parallel optimizer is on, and otherwise writes it back into the buffer and
+returns 1.0 (same file, get_bprop_mirror_micro_step_operator and
+get_bprop_micro_step_all_gather).
+
+So with `zero` > 0 a parameter with replicas in its stage (dp replicas, norms and
+biases a tp split leaves whole) has its gradient returned by the mirror, and one split
+over every device of its stage (dp = 1 and split over tp; experts split over an ep that
+spans all of dp) keeps it in `accu_grads` and receives 0; with `zero` = 0 every
+gradient is in `accu_grads`.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from msgen.analysis.plan import Plan
+from msgen.ir.models import Mesh, Split
+
+MIRROR = "mirror"  # the gradient the parameter's mirror returns
+ACCU_GRADS = "accu_grads"  # the accumulation buffer the pass adds every micro-batch into
+
+
+def replicas_in_stage(split: Split, mesh: Mesh) -> int:
+    """How many devices of a pipeline stage (dp · tp of them) hold the same slice of a
+    parameter split so. ep is carved out of dp, so experts split over ep are held by
+    dp / ep devices each (times tp when the experts are whole over tp)."""
+    slices = prod(mesh.size(axis) for axes in split for axis in axes)
+    return mesh.dp * mesh.tp // slices
+
+
+def gradient_source(split: Split, mesh: Mesh, zero: int) -> str:
+    """MIRROR or ACCU_GRADS: where the step reads the micro-batches' reduced gradient
+    of a parameter split so (the module's docstring says why)."""
+    return MIRROR if zero > 0 and replicas_in_stage(split, mesh) > 1 else ACCU_GRADS
+
+
+def gradient_sources(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """(parameter path pattern, source) for every parameter, in network order: a
+    repeated layer's parameters once, as `<layer>.*.<op>.<param>` (every copy has the
+    same split and its stage the same devices)."""
+    spec = plan.spec
+    out: dict[str, str] = {}
+    for name, of in plan.graph("network").ops.items():
+        if of.node.kind == "repeat":
+            rep = next(r for r in plan.repeats if r.op == name)
+            params = [(f"{rep.layer}.*.{op}", p) for op, p in plan.layer_params(rep.layer)]
+        else:
+            params = [(name, p) for p in of.params]
+        for prefix, p in params:
+            out[f"{prefix}.{p.name}"] = gradient_source(p.split, spec.mesh, spec.train.zero)
+    return tuple(out.items())
