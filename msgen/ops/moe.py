@@ -68,6 +68,18 @@ from msgen.ops.moe_rows import (
 FP32 = 4
 INDEX = 4  # int32 expert indices
 
+
+def named(split) -> tuple[str, ...]:
+    """A split as a Layout's tensor map: the axis of each dim, or "None" (whole)."""
+    return tuple(axes[0] if axes else "None" for axes in split)
+
+
+def names(maps) -> str:
+    """Tensor maps as Python source, black's quotes."""
+    inner = ("(" + ", ".join(f'"{n}"' for n in m) + ")" for m in maps)
+    return "(" + ", ".join(inner) + ")"
+
+
 # The stacked experts' and shared experts' matrices, per activation, and the dim
 # of each split over tp ("in": the ffn dim is the input, row parallel).
 EXPERT = {"swiglu": ("gate", "up", "down"), "gelu": ("up", "down")}
@@ -99,7 +111,7 @@ class Moe(OpDef):
     helpers = ("moe",)
     imports = (
         "import math",
-        "from mindspore import Parameter, Tensor, nn, ops",
+        "from mindspore import Layout, Parameter, Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
     # Dropless, the permuting dispatcher: GroupedMatmul on Ascend, where the device
@@ -110,7 +122,6 @@ class Moe(OpDef):
             "import hashlib",
             "from functools import cache",
             "import mindspore as ms",
-            "from mindspore import Layout",
             "from mindspore.communication import GlobalComm, create_group, get_rank",
             "from mindspore.ops.auto_generate import GroupedMatmul",
         )
@@ -126,25 +137,31 @@ class Moe(OpDef):
         (their ffn dim over tp), the shared down row parallel; the tokens' reduction
         dim split as the matrix's input dim (the column-parallel activation arrives so).
         With a capacity, the experts' batched matmuls over [experts, groups * slots,
-        hidden] times [experts, hidden, ffn], split over ep on the experts, over the
-        dp / ep ranks of an ep group on the slots (the redistribution from the groups'
-        dp split is the dispatch AllToAll) and over tp on ffn; then back over tp.
-        Semi-auto parallel emits that redistribution as an AllToAll: the AutoParallel
-        wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
-        `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
-        Dropless, the cell's Morph region carries its own layouts over the stage's
-        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe_permute.py.j2 `region`): no
-        roles for the experts."""
+        hidden] times [experts, hidden, ffn] as Layouts over the stage's devices
+        [dp / ep, ep, tp] (`devices`): a tensor map of axis names per operand, the
+        experts over ep, the slots over the dp / ep ranks of an ep group (the
+        redistribution from the groups' dp split is the dispatch AllToAll inside the ep
+        group), ffn over tp; then back over tp. A tuple strategy's device matrix
+        follows the tensor dims (ops_info/matmul_info.cc, GetCommonShape), which
+        would put ep outermost; a Layout puts it inside dp, as Megatron-LM does, and
+        BatchMatMul takes one (its MatMul::CheckInputLayout: one device matrix, the
+        reduced dims mapped alike). Semi-auto parallel emits that redistribution as an
+        AllToAll: the AutoParallel wrapper train.py uses enables it by default
+        (mindspore/parallel/auto_parallel.py, `_enable_alltoall = True`, handed to the
+        context by parallel/_utils.py). Dropless, the cell's Morph region carries its
+        own layouts over the same devices (templates/ops/moe_permute.py.j2 `region`):
+        no roles for the experts."""
         rows = lead(layout.inputs[0], ctx)
         matrices = ((p.name, factors(p.split, ctx)) for p in layout.params if len(p.shape) == 2)
         matmuls = tuple((name, ((rows, w[0]), w)) for name, w in matrices)
         if node.args.get("capacity") is None:
             return matmuls
-        sizes = ctx.mesh_sizes
-        ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
-        edp = sizes.get("dp", 1) // ep
-        gate, down = (factors(expert_split(node, ctx, m), ctx) for m in ("gate", "down"))
-        return matmuls + (("inner", ((ep, edp, 1), gate)), ("outer", ((ep, edp, tp), down)))
+        gate, down = (named(expert_split(node, ctx, m)) for m in ("gate", "down"))
+        slots = (gate[0], "edp", "None")
+        return matmuls + (
+            ("inner", (slots, gate)),
+            ("outer", (slots[:2] + (gate[2],), down)),
+        )
 
     def settings(self, node, ctx):
         capacity = node.args.get("capacity")
@@ -159,7 +176,9 @@ class Moe(OpDef):
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
             "permute": capacity is None,
-            "devices": devices(ctx) if capacity is None and ctx.semi_auto else None,
+            # the Layouts' devices: the capacity path's always (its groups are dp),
+            # the dropless region's under semi-auto
+            "devices": devices(ctx) if capacity is not None or ctx.semi_auto else None,
             "aux_loss": float(self.arg(node, "aux_loss")),
             "z_loss": float(self.arg(node, "z_loss")),
         }
@@ -181,8 +200,8 @@ class Moe(OpDef):
         shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
         make += "".join(f", {role}={split}" for role, split in shared)
         if s("capacity") is not None:
-            make += f", inner={op.strategy('inner')}, outer={op.strategy('outer')}"
-        elif s("devices"):
+            make += f", inner={names(op.strategy('inner'))}, outer={names(op.strategy('outer'))}"
+        if s("devices"):
             make += f", devices={s('devices')}"
         aux = s("aux_loss") > 0 or s("z_loss") > 0
         if aux:
