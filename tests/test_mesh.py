@@ -112,7 +112,7 @@ def test_the_generated_expert_group_of_each_rank_is_plan_jsons(tmp_path, dp, tp,
     model = emit_fixtures.load(folder, "model")
     for rank in range(16):
         (listed,) = [g for g in groups if rank in g]
-        assert model.expert_ranks(rank, 8, tp) == (listed, listed.index(rank))
+        assert model.expert_ranks(rank, (dp // 8, 8, tp)) == (listed, listed.index(rank))
 
 
 def analysed(tmp_path, dp: int, tp: int):

@@ -258,4 +258,4 @@ def test_each_rank_exchanges_with_the_ranks_holding_the_other_experts(model, ep,
     grid = np.arange(stages * edp * ep * tp).reshape(stages, edp, ep, tp)
     for rank in range(grid.size):
         s, e, i, t = (int(c[0]) for c in np.nonzero(grid == rank))
-        assert model.expert_ranks(rank, ep, tp) == (grid[s, e, :, t].tolist(), i)
+        assert model.expert_ranks(rank, (edp, ep, tp)) == (grid[s, e, :, t].tolist(), i)
