@@ -4,8 +4,8 @@
 one owner) in full, one group a line, and `group_servers` the most servers one group
 of each spans. Listing is not bounded by a cap: the world is the spec's own list of
 servers times their devices, so the groups grow as the spec's `nodes` does, by at
-most five ranks per device (dp, tp, pp, ep and the experts' edp); 4,096 devices
-with tp 8 and pp 64 list about 13,000 lines.
+most five ranks per device (dp, tp, pp, ep and the experts' edp); 4,096 devices of
+dp 8, tp 8, pp 64 list 5,184 groups in 135 KB.
 """
 
 from __future__ import annotations
