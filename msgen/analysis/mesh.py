@@ -89,6 +89,10 @@ class RankMesh:
     def server(self, rank: int) -> int:
         return rank // self.per_node
 
+    def server_ranks(self, server: int) -> range:
+        """The ranks on a server (servers take consecutive ranks)."""
+        return range(server * self.per_node, (server + 1) * self.per_node)
+
     def servers(self, group: tuple[int, ...]) -> tuple[int, ...]:
         """The servers a group's ranks are on."""
         return tuple(sorted({self.server(r) for r in group}))
