@@ -6,11 +6,14 @@ times a calibrated efficiency, memory-bound bytes at its HBM bandwidth times
 another, and a fixed overhead per kernel (which is what makes small ops
 inefficient). Backward is each op's `backward_work`; recompute reruns the
 forward (compute and collectives) of the ops it recomputes. Collectives are
-ring-costed on the tier their group spans (all-reduce 2(n-1)/n of the bytes,
+ring-costed on the tier their groups span, the server's links when each group lies
+inside one server as the mesh's owner lays the ranks (msgen/analysis/mesh.py), else
+the network (all-reduce 2(n-1)/n of the bytes,
 all-gather and reduce-scatter (n-1)/n, plus a latency per step); the device's
 `tp_overlap` share of the tensor-parallel ones hidden behind the matmuls, except
 an `exposed` collective's (moe's all-to-alls), which nothing hidden.
-Pipeline sends go once forward and once backward per micro-batch and chunk.
+Pipeline sends go once forward and once backward per micro-batch and chunk, on the
+tier the sends between a stage and its neighbours use.
 
 A stage's work is its micro-batches' time; the slowest stage sets the pace,
 the schedule adds its bubble ((p - 1)/m of that, divided by the chunks when
