@@ -61,23 +61,14 @@ from msgen.ops.moe_rows import (
     expert_split,
     groups,
     imbalance,
+    maps_source,
+    named,
     split_error,
     tokens,
 )
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
-
-
-def named(split) -> tuple[str, ...]:
-    """A split as a Layout's tensor map: the axis of each dim, or "None" (whole)."""
-    return tuple(axes[0] if axes else "None" for axes in split)
-
-
-def names(maps) -> str:
-    """Tensor maps as Python source, black's quotes."""
-    inner = ("(" + ", ".join(f'"{n}"' for n in m) + ")" for m in maps)
-    return "(" + ", ".join(inner) + ")"
 
 
 # The stacked experts' and shared experts' matrices, per activation, and the dim
@@ -137,20 +128,15 @@ class Moe(OpDef):
         (their ffn dim over tp), the shared down row parallel; the tokens' reduction
         dim split as the matrix's input dim (the column-parallel activation arrives so).
         With a capacity, the experts' batched matmuls over [experts, groups * slots,
-        hidden] times [experts, hidden, ffn] as Layouts over the stage's devices
-        [dp / ep, ep, tp] (`devices`): a tensor map of axis names per operand, the
-        experts over ep, the slots over the dp / ep ranks of an ep group (the
-        redistribution from the groups' dp split is the dispatch AllToAll inside the ep
-        group), ffn over tp; then back over tp. A tuple strategy's device matrix
-        follows the tensor dims (ops_info/matmul_info.cc, GetCommonShape), which
-        would put ep outermost; a Layout puts it inside dp, as Megatron-LM does, and
-        BatchMatMul takes one (its MatMul::CheckInputLayout: one device matrix, the
-        reduced dims mapped alike). Semi-auto parallel emits that redistribution as an
-        AllToAll: the AutoParallel wrapper train.py uses enables it by default
-        (mindspore/parallel/auto_parallel.py, `_enable_alltoall = True`, handed to the
-        context by parallel/_utils.py). Dropless, the cell's Morph region carries its
-        own layouts over the same devices (templates/ops/moe_permute.py.j2 `region`):
-        no roles for the experts."""
+        hidden] times [experts, hidden, ffn], as tensor maps of Layouts over the
+        stage's devices [dp / ep, ep, tp] (`devices`, Megatron-LM's order): experts over
+        ep, slots over the dp / ep ranks of an ep group (the redistribution from the
+        groups' dp split, the dispatch AllToAll inside the ep group: AutoParallel
+        enables it, parallel/auto_parallel.py `_enable_alltoall`), ffn over tp. A tuple
+        strategy could not: its device matrix follows the tensor dims (matmul_info.cc
+        GetCommonShape), ep outermost; BatchMatMul takes Layouts
+        (MatMul::CheckInputLayout). Dropless, the Morph region lays its own over the
+        same devices (templates/ops/moe_permute.py.j2 `region`): no expert roles."""
         rows = lead(layout.inputs[0], ctx)
         matrices = ((p.name, factors(p.split, ctx)) for p in layout.params if len(p.shape) == 2)
         matmuls = tuple((name, ((rows, w[0]), w)) for name, w in matrices)
@@ -200,7 +186,8 @@ class Moe(OpDef):
         shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
         make += "".join(f", {role}={split}" for role, split in shared)
         if s("capacity") is not None:
-            make += f", inner={names(op.strategy('inner'))}, outer={names(op.strategy('outer'))}"
+            inner, outer = (maps_source(op.strategy(role)) for role in ("inner", "outer"))
+            make += f", inner={inner}, outer={outer}"
         if s("devices"):
             make += f", devices={s('devices')}"
         aux = s("aux_loss") > 0 or s("z_loss") > 0

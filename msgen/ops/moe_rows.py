@@ -75,6 +75,17 @@ def expert_split(node, ctx, name: str) -> tuple[tuple[str, ...], ...]:
     return (ep, ffn, ()) if name == "down" else (ep, (), ffn)
 
 
+def named(split) -> tuple[str, ...]:
+    """A split as a Layout's tensor map: the axis of each dim, or "None" (whole)."""
+    return tuple(axes[0] if axes else "None" for axes in split)
+
+
+def maps_source(maps) -> str:
+    """Tensor maps as Python source, in black's quotes."""
+    inner = ("(" + ", ".join(f'"{n}"' for n in m) + ")" for m in maps)
+    return "(" + ", ".join(inner) + ")"
+
+
 def effective(split, ctx) -> tuple[tuple[str, ...], ...]:
     """`split` without the axes of size 1, which split nothing (as `expert_split`
     writes its own): `[ep, 1, tp]` with tp = 1 is `[ep, 1, 1]`."""
