@@ -14,7 +14,10 @@ one strategy per tensor input it is called with, each as long as that input's
 rank, each entry dividing its logical dim, and each a split of the stage's devices;
 and the splits MindSpore's parallel ops insist on must agree (a matmul's
 contracted dims, elementwise operands, normalised, sliced and concatenated dims
-whole). The tiny specs run for real (PyNative); the big ones run a shape-only
+whole). A primitive laid by Layouts (`prim.attrs["in_layout"]`) is checked on the
+slices its tensor maps cut, its inputs over one device matrix of the stage's
+devices, and a matmul's contracted dims mapped to the same device dims (MindSpore's
+MatMul::CheckInputLayout). The tiny specs run for real (PyNative); the big ones run a shape-only
 trace (each primitive returns an object of the shape it would produce, nothing is
 computed), which is checked against the real trace on the tiny specs. The shape
 trace pretends to be on Ascend, so the flash-attention path is checked too.
@@ -38,7 +41,7 @@ from tests.emit_fixtures import BIG, ROOT, TINY, compiled, load, network_class, 
 
 # hostinfo.py is msgen.hostinfo carried as it is: the standard library only.
 GENERATED = sorted(p for p in (ROOT / "generated").glob("*/*.py") if p.name != "hostinfo.py")
-COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp")  # tests/specs/*.msl
+COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp", "tiny_moe")  # tests/specs/*.msl
 
 
 # API check --------------------------------------------------------------------------
@@ -544,14 +547,47 @@ def strategy_shapes(c: Call) -> tuple[tuple[int, ...], ...]:
     return c.shapes
 
 
+def layout_slices(layout: dict) -> tuple[int, ...]:
+    """The slices a Layout cuts each tensor dim into: the product of the device dims its
+    tensor map names there, counted from the right (mindspore/parallel/shard.py)."""
+    matrix = layout["device_matrix"][::-1]
+    maps = (m if isinstance(m, tuple) else (m,) for m in layout["tensor_map"])
+    return tuple(prod(matrix[i] for i in m if i >= 0) for m in maps)
+
+
+def _layout_problems(c: Call, layouts, devices: int) -> list[str]:
+    """A Layout-laid primitive's own rules: one device matrix over the stage's devices,
+    and a matmul's contracted dims on the same device dims (MatMul::CheckInputLayout,
+    frontend/parallel/ops_info/matmul_info.cc)."""
+    matrices = {tuple(layout["device_matrix"]) for layout in layouts}
+    if len(matrices) > 1:
+        return [f"inputs laid over different device matrices {sorted(matrices)}"]
+    (matrix,) = matrices
+    if prod(matrix) != devices:
+        return [f"device matrix {matrix} is not the stage's {devices} devices"]
+    if type(c.prim).__name__ in ("MatMul", "BatchMatMul"):
+        kx = -2 if c.prim.attrs.get("transpose_a") else -1
+        kw = -1 if c.prim.attrs.get("transpose_b") else -2
+        x, w = (layout["tensor_map"] for layout in layouts)
+        if x[kx] != w[kw]:
+            return [f"contracted dims mapped to device dims {x[kx]} and {w[kw]}"]
+    return []
+
+
 def strategy_problems(calls: list[Call], devices: int) -> list[str]:
     """What is wrong with the strategies of the recorded calls (empty: nothing)."""
     problems = []
     for c in calls:
         strategy = c.prim.attrs.get("in_strategy")
-        if strategy is None:
+        layouts = c.prim.attrs.get("in_layout")
+        if strategy is None and layouts is None:
             continue
         c = replace(c, shapes=strategy_shapes(c))
+        if strategy is None:
+            strategy = tuple(layout_slices(layout) for layout in layouts)
+            found = _layout_problems(c, layouts, devices)
+            name = f"{c.path} ({type(c.prim).__name__} laid {strategy} on {c.shapes})"
+            problems += [f"{name}: {p}" for p in found]
         name = f"{c.path} ({type(c.prim).__name__} {strategy} on {c.shapes})"
         if len(strategy) != len(c.shapes):
             problems.append(f"{name}: {len(strategy)} strategies for {len(c.shapes)} inputs")
@@ -579,7 +615,8 @@ def unexercised(network, calls: list[Call]) -> set[str]:
     return {
         path
         for key, (path, _, prim) in primitives(network).items()
-        if key not in called and prim.attrs.get("in_strategy") is not None
+        if key not in called
+        and (prim.attrs.get("in_strategy") is not None or prim.attrs.get("in_layout") is not None)
     }
 
 

@@ -152,10 +152,12 @@ def test_the_reference_comparison_sees_the_routing(forward, monkeypatch, change)
 @pytest.mark.parametrize("capacity", [None, 0.5])
 def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     """tiny_moe with ep = 2 and zero = 1 (dp 4, tp 2): the experts' device matrix is
-    [ep, dp / ep, tp] = [2, 2, 2], their first dim on ep (device dim 2); with a
-    capacity their ffn dim on tp (dim 0), dropless whole (the Morph region's layout,
-    templates/ops/moe_permute.py.j2 `region`); the parallel optimizer slices them over the
-    dp / ep = 2 ranks holding the same experts, tp = 2 ranks apart. The router stays on
+    [dp / ep, ep, tp] = [2, 2, 2] (Megatron-LM's order: tp innermost, then ep), their
+    first dim on ep (device dim 1); with a capacity their ffn dim on tp (dim 0),
+    dropless whole (the Morph region's layout, templates/ops/moe_permute.py.j2
+    `region`); the parallel optimizer slices them over the dp / ep = 2 ranks holding
+    the same experts, ep x tp = 4 ranks apart (ranks 0 and 4: rank 0's experts are
+    ep index 0 of edp index 0, rank 4's of edp index 1). The router stays on
     the stage's [dp, tp], sliced over all dp = 4 ranks (4 KiB of fp32 is under hsdp's
     64 KiB threshold: not sliced)."""
 
@@ -170,17 +172,42 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     folder = emit_fixtures.compile_spec(spec, tmp_path / "out")
     items = json.loads((folder / "strategy" / "stage_0.json").read_text())
     layouts = items["parallel_layout_item"]
-    maps = {"gate": [2, -1, 0], "up": [2, -1, 0], "down": [2, 0, -1]}
+    maps = {"gate": [1, -1, 0], "up": [1, -1, 0], "down": [1, 0, -1]}
     if capacity is None:
-        maps = dict.fromkeys(maps, [2, -1, -1])
+        maps = dict.fromkeys(maps, [1, -1, -1])
     for name, tensor_map in maps.items():
         for prefix in ("", "adam_m.", "adam_v."):
             got = layouts[f"{prefix}decoder.1.ffn2.{name}"]
             assert got["dev_matrix"] == [2, 2, 2] and got["tensor_map"] == tensor_map
-            assert (got["opt_weight_shard_size"], got["opt_weight_shard_step"]) == (2, 2)
+            assert (got["opt_weight_shard_size"], got["opt_weight_shard_step"]) == (2, 4)
     router = layouts["decoder.0.ffn2.router"]
     assert router["dev_matrix"] == [4, 2] and router["tensor_map"] == [-1, -1]
     assert router["opt_weight_shard_size"] == 0
+
+
+def recorded_layouts(name: str) -> dict[tuple[str, str], tuple[dict, ...]]:
+    """(cell path, primitive) -> in_layout, for every primitive laid by Layouts."""
+    from mindspore.nn.utils import no_init_parameters
+
+    with no_init_parameters():
+        network = emit_fixtures.network_class(
+            emit_fixtures.load(emit_fixtures.compiled(name), "model"),
+            emit_fixtures.plan_json(name),
+        )()
+    return {
+        (path, attr): prim.attrs["in_layout"]
+        for path, cell in network.cells_and_names()
+        for attr, prim in cell._primitives.items()
+        if prim is not None and "in_layout" in prim.attrs
+    }
+
+
+def slices(layout: dict) -> tuple[int, ...]:
+    """How many slices a Layout cuts each tensor dim into: the device dim its tensor
+    map names (counted from the right, as mindspore/parallel/shard.py `Layout` maps
+    them), or whole."""
+    matrix = layout["device_matrix"][::-1]
+    return tuple(matrix[m] if m >= 0 else 1 for m in layout["tensor_map"])
 
 
 @pytest.mark.parametrize("capacity", [None, 0.5])
@@ -212,7 +239,7 @@ def test_the_router_and_shared_experts_are_laid_as_megatrons(tmp_path, monkeypat
         "shared_up_matmul": column(dp, tp),
         "shared_down_matmul": row(dp, tp),
     }
-    found = recorded(name)
+    found, by_layout = recorded(name), recorded_layouts(name)
     doc = emit_fixtures.plan_json(name)
     (op,) = {op["name"]: op for op in doc["ops"]["decoder"] if op["kind"] == "moe"}.values()
     rows = prod(splits(op["input_splits"][0], doc["mesh"])[:-1])
@@ -233,10 +260,13 @@ def test_the_router_and_shared_experts_are_laid_as_megatrons(tmp_path, monkeypat
         experts = {"inner": ("gate", "up"), "outer": ("down",)}
         for attr, params in experts.items():
             if capacity is None:
-                assert (cell, attr) not in found
+                assert (cell, attr) not in found and (cell, attr) not in by_layout
                 continue
+            # the stage's devices in Megatron-LM's order, [dp / ep, ep, tp]
+            x, w = by_layout[(cell, attr)]
+            assert x["device_matrix"] == w["device_matrix"] == (dp // 2, 2, tp)
             for param in params:
-                assert found[(cell, attr)][1] == splits(op["params"][param], doc["mesh"])
+                assert slices(w) == splits(op["params"][param], doc["mesh"])
 
 
 @pytest.fixture
@@ -252,9 +282,9 @@ def tiny_moe_ep2(tmp_path, monkeypatch):
 def test_with_ep_the_dropless_region_is_laid_over_the_stage(tiny_moe_ep2, monkeypatch):
     """The instantiated network, as built on Ascend in graph mode (semi-auto cannot run
     on the CPU): each moe cell runs its dispatcher as a Morph region with
-    self_define_shard, laid over the stage's devices [ep, dp / ep, tp] = [2, 2, 2]: the
+    self_define_shard, laid over the stage's devices [dp / ep, ep, tp] = [2, 2, 2]: the
     tokens, their weights and experts split over all 8 (tensor map (2, 1, 0) on their
-    first dim), the experts' matrices over ep (device dim 2) and whole otherwise, the
+    first dim), the experts' matrices over ep (device dim 1) and whole otherwise, the
     output as the tokens; its experts are GroupedMatmul. The shape-only trace runs the
     region's body: each rank's share of a micro-batch's 4 * 32 tokens divides evenly,
     and the grouped matmuls see the routed copies only (128 * top_k 2 = 256 rows,
@@ -281,8 +311,8 @@ def test_with_ep_the_dropless_region_is_laid_over_the_stage(tiny_moe_ep2, monkey
     cells = [cell for _, cell in network.cells_and_names() if type(cell).__name__ == "MoE"]
     assert len(cells) == 2
     mesh = {"device_matrix": (2, 2, 2), "interleaved_parallel": False,
-            "alias_name": ("ep", "edp", "tp")}  # fmt: skip
-    tokens, experts = mesh | {"tensor_map": ((2, 1, 0), -1)}, mesh | {"tensor_map": (2, -1, -1)}
+            "alias_name": ("edp", "ep", "tp")}  # fmt: skip
+    tokens, experts = mesh | {"tensor_map": ((2, 1, 0), -1)}, mesh | {"tensor_map": (1, -1, -1)}
     for cell in cells:
         region = cell.region
         assert type(region).__name__ == "Morph" and region.attrs["self_define_shard"]

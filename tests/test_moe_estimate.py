@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from msgen.analysis.facts import context
+from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
 from msgen.estimate.activations import saved_bytes
@@ -187,7 +188,7 @@ def test_all_to_all_time_by_hand():
     dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
     assert dispatch.kind == "AllToAll" and dispatch.axes == ("ep",)
     device = DEVICES["ascend910b"]
-    machine = Machine(device, device.matmul_flops["fp32"], 8, sizes(result))
+    machine = Machine(device, device.matmul_flops["fp32"], RankMesh.of(result.spec), sizes(result))
     gb = group_bytes(dispatch, of.layout, sizes(result), 4)
     assert gb == 131072
     link = device.intra

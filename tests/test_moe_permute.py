@@ -250,11 +250,12 @@ def test_two_expert_parallel_ranks_compute_the_reference(model):
 
 @pytest.mark.parametrize("ep, edp, tp, stages", [(2, 2, 2, 1), (4, 1, 2, 2), (2, 3, 1, 3)])
 def test_each_rank_exchanges_with_the_ranks_holding_the_other_experts(model, ep, edp, tp, stages):
-    """`expert_ranks`: the stage's devices laid out as the region's Layout lays them,
-    numpy's row-major [ep, dp / ep, tp] (MindSpore's Layout: the last device dim
-    varies fastest; the stage's ranks follow one another), each stage after the last;
-    a rank's group is its column along ep, and its index its ep coordinate."""
-    grid = np.arange(stages * ep * edp * tp).reshape(stages, ep, edp, tp)
+    """`expert_ranks`: the devices laid out in Megatron-LM's order (megatron/core/
+    parallel_state.py: tp innermost, then ep, then the expert data-parallel dim, the
+    stage outermost), numpy's row-major [stages, dp / ep, ep, tp] (MindSpore's Layout:
+    the last device dim varies fastest); a rank's group is its column along ep, and
+    its index its ep coordinate."""
+    grid = np.arange(stages * edp * ep * tp).reshape(stages, edp, ep, tp)
     for rank in range(grid.size):
-        s, i, e, t = (int(c[0]) for c in np.nonzero(grid == rank))
-        assert model.expert_ranks(rank, ep, edp, tp) == (grid[s, :, e, t].tolist(), i)
+        s, e, i, t = (int(c[0]) for c in np.nonzero(grid == rank))
+        assert model.expert_ranks(rank, (edp, ep, tp)) == (grid[s, e, :, t].tolist(), i)

@@ -341,17 +341,17 @@ def with_ep(moe_args: str, split: str = "") -> str:
 
 def test_the_experts_batched_matmuls_split_experts_over_ep_and_ffn_over_tp():
     """With a capacity, ep 2 and tp 2, by hand: the experts' first batched matmul takes
-    gate (and up) [experts, hidden, ffn] sliced (ep, 1, tp) = (2, 1, 2), the second
-    down [experts, ffn, hidden] (ep, tp, 1) = (2, 2, 1) (Megatron-LM's expert tensor
-    parallelism = tp, the default), the tokens [experts, slots, hidden] (ep, dp / ep,
-    1) = (2, 2, 1) and the activation (ep, dp / ep, tp) = (2, 2, 2); the layout the
-    estimate and plan.json read holds the same slices."""
+    gate (and up) [experts, hidden, ffn] laid (ep, None, tp), the second down
+    [experts, ffn, hidden] (ep, tp, None) (Megatron-LM's expert tensor parallelism =
+    tp, the default), the tokens [experts, slots, hidden] (ep, edp, None) and the
+    activation (ep, edp, tp): tensor maps of a Layout over the stage's [dp / ep, ep,
+    tp] devices, whose slices are those of the layout the estimate and plan.json read."""
     result = analyze_text(with_ep("capacity = 1.0, "), "spec.msl", SPEC.parent)
     of = result.facts.graphs["decoder"].ops["ffn2"]
     strategies = dict(OPS["moe"].strategies(of.node, of.layout, context(result.spec)))
     assert strategies == {
-        "inner": ((2, 2, 1), (2, 1, 2)),
-        "outer": ((2, 2, 2), (2, 2, 1)),
+        "inner": (("ep", "edp", "None"), ("ep", "None", "tp")),
+        "outer": (("ep", "edp", "tp"), ("ep", "tp", "None")),
         # the tokens over dp 4; the router whole, the shared experts as `linear`'s
         "router": ((4, 1), (1, 1)),
         "shared_gate": ((4, 1), (1, 2)),

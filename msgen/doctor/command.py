@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen import hostinfo
+from msgen.analysis.mesh import RankMesh
 from msgen.commands.status import UsageError, estimable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.result import Check, Status, skipped
@@ -47,7 +48,7 @@ ASCEND_ONLY = ("cann", "driver", "paths", "npu", "hccn", "port")
 
 def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> list[Check]:
     spec = plan.spec
-    cluster, mesh = spec.cluster, spec.mesh
+    cluster, mesh = spec.cluster, RankMesh.of(spec)
     tools = Tools(host.environ, host.tool_timeout)
     found = [network.node_check(cluster.nodes, node, options.node is not None)]
     found += versions.interpreter_checks(tools)
@@ -76,9 +77,8 @@ def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> lis
                 )
         found += network.hccl_port_checks(host.environ)
     found += network.master_checks(host.environ, cluster.nodes, cluster.master_port, node)
-    ranks = range(node * cluster.per_node, (node + 1) * cluster.per_node)
     per_stage = [s.weights_bytes + s.optimizer_bytes for s in est.stages]
-    one = storage.checkpoint_bytes(per_stage, ranks, mesh.dp * mesh.tp)
+    one = storage.checkpoint_bytes(per_stage, mesh.server_ranks(node), mesh.stride("pp"))
     keep = spec.train.checkpoint.keep if spec.train.checkpoint else 1
     tree = options.tree or Path("generated") / spec.model.name
     found += storage.output_checks(options.output or tree / "output", one, keep)
@@ -150,7 +150,7 @@ def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> 
     rows: list[dryrun.StageRow] = []
     if options.dryrun is not None:
         logs = dryrun.read_logs(options.dryrun)
-        per_stage = spec.mesh.dp * spec.mesh.tp
+        per_stage = RankMesh.of(spec).stride("pp")  # ranks of a stage
         rows = dryrun.stage_rows(
             logs, [s.total_bytes for s in est.stages], est.budget_bytes, per_stage
         )

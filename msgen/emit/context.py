@@ -9,7 +9,9 @@ Conventions:
 - Shapes are logical (whole-model) shapes, as MindSpore's semi-auto parallel
   wants them.
 - A strategy is MindSpore's `Primitive.shard` argument: one int tuple per
-  primitive input, e.g. `((dp, 1), (1, tp))` for a column-parallel MatMul.
+  primitive input, e.g. `((dp, 1), (1, tp))` for a column-parallel MatMul; or, for
+  a primitive the generated code lays by `Layout`s (a moe op's experts), one tensor
+  map of axis names per input, e.g. `(("ep", "edp", "None"), ("ep", "None", "tp"))`.
 - `OpSpec.strategies` maps a *role* (one primitive of the op; its op module's
   `strategies` says which) to its strategy. A role that is absent is not sharded
   (stand-alone layout).

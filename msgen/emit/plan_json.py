@@ -1,10 +1,19 @@
-"""plan.json: the resolved plan as data, for reviewers and tools."""
+"""plan.json: the resolved plan as data, for reviewers and tools.
+
+`groups` lists every communicator's rank groups (msgen/analysis/mesh.py, the mesh's
+one owner) in full, one group a line, and `group_servers` the most servers one group
+of each spans. Listing is not bounded by a cap: the world is the spec's own list of
+servers times their devices, so the groups grow as the spec's `nodes` does, by at
+most five ranks per device (dp, tp, pp, ep and the experts' edp); 4,096 devices of
+dp 8, tp 8, pp 64 list 5,184 groups in 135 KB.
+"""
 
 from __future__ import annotations
 
 import json
 
 from msgen.analysis.facts import context
+from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan, Repeat
 from msgen.ops.base import split_factor
 
@@ -86,14 +95,34 @@ def layer_params_json(plan: Plan) -> list[dict]:
     ]
 
 
+GROUPS = "@groups"  # where the groups go, laid out by `_groups_text`
+
+
+def _groups_text(groups: dict[str, list[list[int]]], indent: str) -> str:
+    """The groups with one rank list a line (json.dumps would give each rank one)."""
+    inner = indent + "  "
+    axes = [
+        f'{inner}"{axis}": [\n'
+        + ",\n".join(f"{inner}  {json.dumps(g)}" for g in lists)
+        + f"\n{inner}]"
+        for axis, lists in groups.items()
+    ]
+    return "{\n" + ",\n".join(axes) + f"\n{indent}}}"
+
+
 def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
     spec = plan.spec
+    mesh = RankMesh.of(spec)
+    groups = mesh.listed()
     doc = {
         "model": spec.model.name,
         "spec": spec_path,
         "mesh": {"dp": spec.mesh.dp, "tp": spec.mesh.tp, "pp": spec.mesh.pp}
         | ({"ep": spec.mesh.ep} if spec.mesh.ep > 1 else {}),
         "devices": spec.mesh.devices,
+        "per_node": mesh.per_node,
+        "groups": GROUPS,
+        "group_servers": {axis: mesh.spans(axis) for axis in groups},
         "micro_batches": spec.micro_batches,
         "schedule": spec.pipeline.schedule,
         "chunks": plan.chunks,
@@ -126,4 +155,5 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
         "layer_params": layer_params_json(plan),
         "estimate": estimate,
     }
-    return json.dumps(doc, indent=2) + "\n"
+    text = json.dumps(doc, indent=2)
+    return text.replace(json.dumps(GROUPS), _groups_text(groups, "  "), 1) + "\n"

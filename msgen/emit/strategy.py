@@ -14,17 +14,20 @@ count from the right), over dp to 1, unsplit to -1. The optimizer moments
 (`adam_m.*`, `adam_v.*`) and, when a step accumulates micro-batches, the
 `accu_grads.*` buffers are clones of their weight and are laid out as it is. With the
 parallel optimizer (zero > 0) a weight of at least HSDP_THRESHOLD_KB whose dim 0 is
-not split over dp is further split along dim 0 over the dp ranks (hsdp's default
-`threshold=64`, parallel/auto_parallel.py; the group's size and rank stride are the
-`opt_weight_shard_size` and `opt_weight_shard_step` of operator_info.cc's
-CreateGroupForOptShard).
+not split over dp is further split along dim 0 over the ranks holding the same slice
+(hsdp's default `threshold=64`, parallel/auto_parallel.py; the group's size and rank
+stride are the `opt_weight_shard_size` and `opt_weight_shard_step` of
+operator_info.cc's CreateGroupForOptShard), the stride read from plan.json's groups
+(the dp group's for a dense weight, the edp group's for experts).
 
-The experts of a `moe` op are split over ep on their first dim: their ops' strategies
-(with a capacity) and the dropless Morph region's layouts name `(ep, dp / ep, ...)`
-(msgen/ops/moe.py), so their device matrix is `[ep, dp / ep, tp]` (rank `(ep_index *
-dp / ep + edp_index) * tp + tp_index`, the same ranks as the stage's `[dp, tp]`), ep
-mapping to device dim 2 and tp to 0; the parallel optimizer shards them over the dp /
-ep ranks that hold the same experts.
+The experts of a `moe` op are split over ep on their first dim, ep inside dp in
+Megatron-LM's order (tp innermost, then ep; msgen/analysis/mesh.py): the capacity
+path's batched matmuls and the dropless Morph region lay them by Layouts over the
+stage's devices `[dp / ep, ep, tp]` (msgen/ops/moe.py, templates/ops/moe*.py.j2),
+so their device matrix is that one (rank `(edp_index * ep + ep_index) * tp +
+tp_index`, the same ranks as the stage's `[dp, tp]`), ep mapping to device dim 1 and
+tp to 0; the parallel optimizer shards them over the dp / ep ranks that hold the
+same experts, ep * tp apart.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from math import prod
 
 HSDP_THRESHOLD_KB = 64
 _DEVICE_DIM = {"tp": 0, "dp": 1, "1": -1}
-_EXPERT_DEVICE_DIM = {"tp": 0, "ep": 2, "1": -1}
+_EXPERT_DEVICE_DIM = {"tp": 0, "ep": 1, "1": -1}
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
@@ -70,9 +73,10 @@ def _layout(param: dict, doc: dict) -> dict:
     dtype_bytes = _BYTES.get(doc["estimate"]["dtypes"]["weights"], 4)
     big = prod(param["shape"]) * dtype_bytes >= HSDP_THRESHOLD_KB * 1024
     if doc["estimate"]["zero"] > 0 and replicas > 1 and big and local[0] % replicas == 0:
-        shard_size, shard_step = replicas, tp  # the replicas of a stage are tp apart
+        first = doc["groups"]["edp" if expert else "dp"][0]  # the replicas of rank 0
+        shard_size, shard_step = replicas, first[1] - first[0]
     return {
-        "dev_matrix": [ep, dp // ep, tp] if expert else [dp, tp],
+        "dev_matrix": [dp // ep, ep, tp] if expert else [dp, tp],
         "tensor_map": tensor_map,
         "param_split_shape": [],
         "indices_offset": [],

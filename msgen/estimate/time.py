@@ -6,11 +6,14 @@ times a calibrated efficiency, memory-bound bytes at its HBM bandwidth times
 another, and a fixed overhead per kernel (which is what makes small ops
 inefficient). Backward is each op's `backward_work`; recompute reruns the
 forward (compute and collectives) of the ops it recomputes. Collectives are
-ring-costed on the tier their group spans (all-reduce 2(n-1)/n of the bytes,
+ring-costed on the tier their groups span, the server's links when each group lies
+inside one server as the mesh's owner lays the ranks (msgen/analysis/mesh.py), else
+the network (all-reduce 2(n-1)/n of the bytes,
 all-gather and reduce-scatter (n-1)/n, plus a latency per step); the device's
 `tp_overlap` share of the tensor-parallel ones hidden behind the matmuls, except
 an `exposed` collective's (moe's all-to-alls), which nothing hidden.
-Pipeline sends go once forward and once backward per micro-batch and chunk.
+Pipeline sends go once forward and once backward per micro-batch and chunk, on the
+tier the sends between a stage and its neighbours use.
 
 A stage's work is its micro-batches' time; the slowest stage sets the pace,
 the schedule adds its bubble ((p - 1)/m of that, divided by the chunks when
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from math import prod
 
 from msgen.analysis.facts import OpFacts, context
+from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
 from msgen.estimate.flops import (
     StepFlops,
@@ -70,7 +74,7 @@ class Machine:
 
     device: Device
     matmul_flops: float  # at the spec's compute dtype
-    per_node: int
+    mesh: RankMesh  # the ranks, and which server each group is on
     sizes: dict[str, int]
 
     def kernel_time(self, work: Work, share: int, kernels: int) -> float:
@@ -82,9 +86,14 @@ class Machine:
             + kernels * cal.kernel_overhead
         )
 
-    def link(self, span: int) -> Link:
-        """The tier a group of consecutive-stride ranks spanning `span` ranks uses."""
-        return self.device.intra if span <= self.per_node else self.device.inter
+    def link(self, axes: tuple[str, ...]) -> Link:
+        """The tier the groups over `axes` use: the server's own links when each of
+        them lies inside one server (as the mesh lays the ranks), else the network."""
+        return self.device.intra if self.mesh.in_server(axes) else self.device.inter
+
+    def send_link(self, stage: int) -> Link:
+        """The tier of the pipeline sends between `stage` and its neighbours."""
+        return self.device.intra if self.mesh.sends_in_server(stage) else self.device.inter
 
     def collective_time(self, kind: str, group_bytes: float, n: int, link: Link) -> float:
         """Ring cost of a collective over n devices on `link`; `group_bytes` is the
@@ -98,11 +107,8 @@ class Machine:
         return steps / n * group_bytes / link.bus_bandwidth(n) + steps * link.latency
 
     def axes_time(self, c: Collective, group_bytes: float) -> float:
-        n = prod(self.sizes.get(a, 1) for a in c.axes)
-        # tp is innermost in the rank order, dp next: a group over dp spans tp-strided
-        # ranks, and so does an ep group (ep consecutive dp ranks)
-        stride = self.sizes["tp"] if c.axes in (("dp",), ("ep",)) else 1
-        return self.collective_time(c.kind, group_bytes, n, self.link((n - 1) * stride + 1))
+        n = self.mesh.size(c.axes)
+        return self.collective_time(c.kind, group_bytes, n, self.link(c.axes))
 
 
 def group_bytes(c: Collective, layout: Layout, sizes: dict[str, int], itemsize: int) -> float:
@@ -143,7 +149,8 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
     moved = sum(r.bytes_per_device * r.times for r in of.redistributions)
     tp = machine.sizes["tp"]
     # an implicit redistribution moves its bytes once each way, inside the tp group
-    redistribute = moved / machine.device.intra.bus_bandwidth(tp) if moved and tp > 1 else 0.0
+    link = machine.link(("tp",))
+    redistribute = moved / link.bus_bandwidth(tp) if moved and tp > 1 else 0.0
     forward, forward_exposed = split(layout.collectives)
     backward, backward_exposed = split(op.backward_collectives(of.node, of.inputs, layout, ctx))
     blocking = comm(c for c in backward if c.blocking)
@@ -292,9 +299,7 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
         return None
     sizes = dict(est.mesh)
     ctx = context(spec)
-    machine = Machine(
-        device, device.matmul_flops[spec.model.dtype], max(1, spec.cluster.per_node), sizes
-    )
+    machine = Machine(device, device.matmul_flops[spec.model.dtype], RankMesh.of(spec), sizes)
     cal = device.calibration
     m = spec.micro_batches
     per_copy = {
@@ -309,8 +314,6 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
     network = [NO_COST] * plan.stages
     for of in graph_ops(plan, "network"):
         network[plan.network_op_stage(of.node)] += graph_cost([of], set(), ctx, machine)
-    # a send crosses nodes when a stage's dp * tp ranks fill a node or more
-    p2p = machine.link(sizes["dp"] * sizes["tp"] + 1)
     work, parts = [], []
     for stage in range(plan.stages):
         copies = plan.copies_on_stage(stage)
@@ -322,6 +325,7 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
         pp = 0.0
         if plan.stages > 1 and copies:
             sent = boundary_bytes(plan, next(iter(copies)), sizes)
+            p2p = machine.send_link(stage)
             pp = 2 * plan.chunks * (sent / (p2p.bandwidth * p2p.efficiency) + p2p.latency)
         parts.append((cost, hidden, pp))
         work.append(m * (total.compute + total.comm - hidden + pp))

@@ -61,12 +61,15 @@ from msgen.ops.moe_rows import (
     expert_split,
     groups,
     imbalance,
+    maps_source,
+    named,
     split_error,
     tokens,
 )
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
+
 
 # The stacked experts' and shared experts' matrices, per activation, and the dim
 # of each split over tp ("in": the ffn dim is the input, row parallel).
@@ -99,7 +102,7 @@ class Moe(OpDef):
     helpers = ("moe",)
     imports = (
         "import math",
-        "from mindspore import Parameter, Tensor, nn, ops",
+        "from mindspore import Layout, Parameter, Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
     # Dropless, the permuting dispatcher: GroupedMatmul on Ascend, where the device
@@ -110,7 +113,6 @@ class Moe(OpDef):
             "import hashlib",
             "from functools import cache",
             "import mindspore as ms",
-            "from mindspore import Layout",
             "from mindspore.communication import GlobalComm, create_group, get_rank",
             "from mindspore.ops.auto_generate import GroupedMatmul",
         )
@@ -126,25 +128,26 @@ class Moe(OpDef):
         (their ffn dim over tp), the shared down row parallel; the tokens' reduction
         dim split as the matrix's input dim (the column-parallel activation arrives so).
         With a capacity, the experts' batched matmuls over [experts, groups * slots,
-        hidden] times [experts, hidden, ffn], split over ep on the experts, over the
-        dp / ep ranks of an ep group on the slots (the redistribution from the groups'
-        dp split is the dispatch AllToAll) and over tp on ffn; then back over tp.
-        Semi-auto parallel emits that redistribution as an AllToAll: the AutoParallel
-        wrapper train.py uses enables it by default (mindspore/parallel/auto_parallel.py,
-        `_enable_alltoall = True`, handed to the context by parallel/_utils.py).
-        Dropless, the cell's Morph region carries its own layouts over the stage's
-        devices [ep, dp / ep, tp] (`devices`, templates/ops/moe_permute.py.j2 `region`): no
-        roles for the experts."""
+        hidden] times [experts, hidden, ffn], as tensor maps of Layouts over the
+        stage's devices [dp / ep, ep, tp] (`devices`, Megatron-LM's order): experts over
+        ep, slots over the dp / ep ranks of an ep group (the redistribution from the
+        groups' dp split, the dispatch AllToAll inside the ep group: AutoParallel
+        enables it, parallel/auto_parallel.py `_enable_alltoall`), ffn over tp. A tuple
+        strategy could not: its device matrix follows the tensor dims (matmul_info.cc
+        GetCommonShape), ep outermost; BatchMatMul takes Layouts
+        (MatMul::CheckInputLayout). Dropless, the Morph region lays its own over the
+        same devices (templates/ops/moe_permute.py.j2 `region`): no expert roles."""
         rows = lead(layout.inputs[0], ctx)
         matrices = ((p.name, factors(p.split, ctx)) for p in layout.params if len(p.shape) == 2)
         matmuls = tuple((name, ((rows, w[0]), w)) for name, w in matrices)
         if node.args.get("capacity") is None:
             return matmuls
-        sizes = ctx.mesh_sizes
-        ep, tp = sizes.get("ep", 1), sizes.get("tp", 1)
-        edp = sizes.get("dp", 1) // ep
-        gate, down = (factors(expert_split(node, ctx, m), ctx) for m in ("gate", "down"))
-        return matmuls + (("inner", ((ep, edp, 1), gate)), ("outer", ((ep, edp, tp), down)))
+        gate, down = (named(expert_split(node, ctx, m)) for m in ("gate", "down"))
+        slots = (gate[0], "edp", "None")
+        return matmuls + (
+            ("inner", (slots, gate)),
+            ("outer", (slots[:2] + (gate[2],), down)),
+        )
 
     def settings(self, node, ctx):
         capacity = node.args.get("capacity")
@@ -159,7 +162,9 @@ class Moe(OpDef):
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
             "permute": capacity is None,
-            "devices": devices(ctx) if capacity is None and ctx.semi_auto else None,
+            # the Layouts' devices: the capacity path's always (its groups are dp),
+            # the dropless region's under semi-auto
+            "devices": devices(ctx) if capacity is not None or ctx.semi_auto else None,
             "aux_loss": float(self.arg(node, "aux_loss")),
             "z_loss": float(self.arg(node, "z_loss")),
         }
@@ -181,8 +186,9 @@ class Moe(OpDef):
         shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
         make += "".join(f", {role}={split}" for role, split in shared)
         if s("capacity") is not None:
-            make += f", inner={op.strategy('inner')}, outer={op.strategy('outer')}"
-        elif s("devices"):
+            inner, outer = (maps_source(op.strategy(role)) for role in ("inner", "outer"))
+            make += f", inner={inner}, outer={outer}"
+        if s("devices"):
             make += f", devices={s('devices')}"
         aux = s("aux_loss") > 0 or s("z_loss") > 0
         if aux:

@@ -41,11 +41,13 @@ def expert_rows(node, n_tokens: int, ctx) -> int:
 
 
 def devices(ctx) -> tuple[int, int, int]:
-    """A stage's devices as the dropless Morph region lays them, [ep, dp / ep, tp]
-    (templates/ops/moe_permute.py.j2 `region`)."""
+    """A stage's devices as the generated moe cell's Layouts lay them, [dp / ep, ep, tp]:
+    Megatron-LM's order (tp innermost, then ep), the ranks msgen/analysis/mesh.py
+    numbers, a MindSpore Layout's last device dim varying fastest
+    (mindspore/parallel/shard.py `Layout`: its rank_list is the row-major range)."""
     sizes = ctx.mesh_sizes
     ep = sizes.get("ep", 1)
-    return ep, sizes.get("dp", 1) // ep, sizes.get("tp", 1)
+    return sizes.get("dp", 1) // ep, ep, sizes.get("tp", 1)
 
 
 def expert_ffn_axes(node, ctx) -> tuple[str, ...]:
@@ -63,13 +65,25 @@ def expert_split(node, ctx, name: str) -> tuple[tuple[str, ...], ...]:
     """The split the generated code gives the stacked expert matrix `name` (gate, up
     [experts, hidden, ffn], down [experts, ffn, hidden]): the experts over ep, the ffn
     dim over `expert_ffn_axes`. With a capacity the experts' batched matmuls take it as
-    their weights' strategies (msgen/ops/moe.py `strategies`); dropless the Morph
-    region lays the weights so, (ep, None, None) (templates/ops/moe.py.j2 `region`).
+    their weights' layouts (msgen/ops/moe.py `strategies`); dropless the Morph
+    region lays the weights so, (ep, None, None) (templates/ops/moe_permute.py.j2
+    `region`).
     A spec declaring another split is refused (MSL210): the estimate, plan.json and the
     strategy file would describe slices the ranks do not hold."""
     ep = ("ep",) if ctx.mesh_sizes.get("ep", 1) > 1 else ()
     ffn = expert_ffn_axes(node, ctx)
     return (ep, ffn, ()) if name == "down" else (ep, (), ffn)
+
+
+def named(split) -> tuple[str, ...]:
+    """A split as a Layout's tensor map: the axis of each dim, or "None" (whole)."""
+    return tuple(axes[0] if axes else "None" for axes in split)
+
+
+def maps_source(maps) -> str:
+    """Tensor maps as Python source, in black's quotes."""
+    inner = ("(" + ", ".join(f'"{n}"' for n in m) + ")" for m in maps)
+    return "(" + ", ".join(inner) + ")"
 
 
 def effective(split, ctx) -> tuple[tuple[str, ...], ...]:

@@ -162,6 +162,7 @@ class Prediction:
 def predict(result, device=None) -> Prediction:
     """The estimate of the analysed spec `result` (msgen.compiler.Result, estimable);
     `device` replaces the catalogue's (a calibration)."""
+    from msgen.analysis.mesh import RankMesh
     from msgen.analysis.plan import Plan
     from msgen.estimate.flops import tokens_per_step as spec_tokens
     from msgen.estimate.memory import estimate
@@ -171,13 +172,13 @@ def predict(result, device=None) -> Prediction:
     plan = Plan(spec, result.facts)
     est = estimate(plan)
     timing = step_time(plan, est, device)
-    mesh = spec.mesh
+    mesh = RankMesh.of(spec)
     return Prediction(
         spec=result.file,
         sha256=spec.sha256,
         device=est.device.name if est.device else "",
-        devices=mesh.dp * mesh.tp * mesh.pp,
-        ranks_per_stage=mesh.dp * mesh.tp,
+        devices=mesh.devices,
+        ranks_per_stage=mesh.stride("pp"),
         tokens_per_step=spec_tokens(plan),
         step_s=timing.step_s if timing else None,
         tokens_per_s_per_device=timing.tokens_per_s_per_device if timing else None,
