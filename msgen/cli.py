@@ -1,7 +1,7 @@
 """The `msgen` command: declare the arguments, route a command line to its handler
 (msgen.commands.handlers), turn every failure into one line and an exit status.
 
-Exit codes (msgen.commands.status): 0 fine (warnings allowed), 1 the spec has
+Exit codes (msgen.base.status): 0 fine (warnings allowed), 1 the spec has
 errors, 2 usage error, 3 stale (`--check`), 70 internal error.
 """
 
@@ -11,6 +11,13 @@ import argparse
 import os
 import sys
 
+from msgen.base.status import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_PIPE,
+    EXIT_USAGE,
+    UsageError,
+)
 from msgen.commands.handlers import (
     cmd_calibrate,
     cmd_check,
@@ -25,13 +32,6 @@ from msgen.commands.handlers import (
     cmd_import,
     cmd_plan,
     cmd_report,
-)
-from msgen.commands.status import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_PIPE,
-    EXIT_USAGE,
-    UsageError,
 )
 
 

@@ -206,3 +206,10 @@ def analyze(path: Path, overrides: list[str] = (), what_if: bool = False) -> Res
     """Read and check one spec file (the caller handles a file that cannot be read)."""
     text = read_source(path)
     return analyze_text(text, spec_label(path), path.parent, overrides, what_if)
+
+
+def estimable(result) -> bool:
+    """The spec has no error but a budget one: estimate and plan can still run."""
+    return result.spec is not None and not any(
+        d.is_error and not d.code.startswith("MSL4") for d in result.diagnostics
+    )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from msgen.base.status import EXIT_ERRORS
 from msgen.cli import main
-from msgen.commands.status import EXIT_ERRORS
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT7B = str(ROOT / "specs" / "gpt7b.msl")

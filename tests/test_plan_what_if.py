@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from msgen.base.status import EXIT_ERRORS, EXIT_USAGE
 from msgen.cli import main
-from msgen.commands.status import EXIT_ERRORS, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT7B = ROOT / "specs" / "gpt7b.msl"

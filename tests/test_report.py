@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from msgen import cli
-from msgen.commands.report import render, render_github, render_json, render_text
+from msgen.base.render import render, render_github, render_json, render_text
 from msgen.diagnostics import Span, error, warning
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.base.files import new_file_mode
+from msgen.base.status import EXIT_OK, UsageError
 from msgen.ckpt.expected import (
     check_tensors,
     expected_strategies,
@@ -37,8 +39,6 @@ from msgen.ckpt.runs import (
 )
 from msgen.ckpt.slices import LayoutError, slice_shape
 from msgen.ckpt.transform import load, merged_strategy, transform
-from msgen.commands.files import new_file_mode
-from msgen.commands.status import EXIT_OK, UsageError
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.base.status import UsageError
 from msgen.ckpt.slices import stage_devices
-from msgen.commands.status import UsageError
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
 # what train.py saves beside parameters and moments (the step counters, the loss scale)

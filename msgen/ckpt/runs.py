@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from msgen.commands.status import UsageError
+from msgen.base.status import UsageError
 
 INIT_FILE = "model.ckpt"  # what from-hf writes and --init-from loads
 SOURCE_FILE = "source.json"  # from-hf: the source config and each tensor's dtype

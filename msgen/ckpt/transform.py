@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from msgen.commands.status import UsageError
+from msgen.base.status import UsageError
 
 PREFIX = "transformed"  # transform_checkpoints writes rank_<r>/<PREFIX><r>.ckpt
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msgen.analysis.plan import build_plan
-from msgen.commands.status import EXIT_OK, EXIT_STALE, EXIT_USAGE
+from msgen.base.status import EXIT_OK, EXIT_STALE, EXIT_USAGE
 from msgen.commands.tree import (
     DamagedManifest,
     EditedByHand,

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msgen.analysis.plan import Plan
-from msgen.commands.files import write_output
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, estimable
+from msgen.base.files import write_output
+from msgen.base.status import EXIT_ERRORS, EXIT_OK
+from msgen.compiler import estimable
 from msgen.diagnostics import has_errors
 from msgen.estimate.memory import estimate
 from msgen.estimate.output import estimate_report

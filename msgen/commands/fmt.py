@@ -7,9 +7,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.commands.files import write_file
-from msgen.commands.report import render, sort_key
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
+from msgen.base.files import write_file
+from msgen.base.render import render, sort_key
+from msgen.base.status import EXIT_ERRORS, EXIT_OK, EXIT_STALE, UsageError
 from msgen.compiler import spec_label
 from msgen.syntax import read_source
 from msgen.syntax.edit import lines_with_ends

@@ -9,7 +9,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError
+from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
 
 
 @cache
@@ -40,7 +40,7 @@ def _read_spec(path: str):
 
 def _report(result, fmt: str) -> None:
     if result.diagnostics:
-        from msgen.commands.report import render, sort_key
+        from msgen.base.render import render, sort_key
 
         diags = sorted(result.diagnostics, key=sort_key)
         sys.stderr.write(render(diags, fmt, {result.file: result.text}))
@@ -129,7 +129,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_data(args) -> int:
-    from msgen.commands.report import render
+    from msgen.base.render import render
     from msgen.data import DataError
     from msgen.data.command import DataOptions, data_command
 

@@ -8,8 +8,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from msgen.commands.files import write_output
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError, estimable
+from msgen.base.files import write_output
+from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
+from msgen.compiler import estimable
 from msgen.estimate.plan_report import describe, render, search_json
 from msgen.estimate.planner import Ranked, search
 from msgen.ir.rederive import DEVICES_KEY

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from msgen.commands.files import write_file
-from msgen.commands.status import EXIT_OK
+from msgen.base.files import write_file
+from msgen.base.status import EXIT_OK
 from msgen.syntax import msl_tables
 from msgen.syntax.parser import grammar_source, tables_fit
 from msgen.syntax.tables import render

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from msgen.commands.files import STAGED, interrupts_deferred, new_file_mode, stage
+from msgen.base.files import STAGED, interrupts_deferred, new_file_mode, stage
 from msgen.emit import MANIFEST
 
 HEADER_MARK = "@generated spec-sha256="

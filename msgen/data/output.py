@@ -21,10 +21,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from msgen.commands.files import interrupts_deferred
+from msgen.base.files import interrupts_deferred, read_regular
 from msgen.data import DataError
 from msgen.data.sources import shown
-from msgen.syntax.parser import read_regular
 
 MANIFEST = "dataset.json"
 FORMAT = "msgen-data 1"

@@ -21,7 +21,7 @@ TRAIN, VALID = "train", "valid"
 
 def skipped_warning(item: Skipped, fmt: str) -> str:
     """MSL603 for a skipped document, rendered as every diagnostic is."""
-    from msgen.commands.report import render
+    from msgen.base.render import render
 
     where = item.where
     at = f" at byte {where.byte}" if where.byte is not None else ""
@@ -144,7 +144,7 @@ def summary_lines(folder: Path, counts, outputs, global_batch: int, options) -> 
 def report(folder: Path, result, counts, outputs, manifest: dict, line: str, options) -> None:
     """The summary on stderr (text, one JSON object, or GitHub notices) and the data
     line on stdout, where a script or a person takes it from."""
-    from msgen.commands.report import _escape
+    from msgen.base.render import escape_workflow
 
     err, fmt = sys.stderr, options.error_format
     base = options.for_dir or Path("generated") / result.spec.model.name
@@ -161,7 +161,7 @@ def report(folder: Path, result, counts, outputs, manifest: dict, line: str, opt
             f"put this in the train block of {shown(result.file)} (paths relative to {where}):"
         )
         if fmt == "github":
-            err.write(f"::notice title=msgen data::{_escape(chr(10).join(lines))}\n")
+            err.write(f"::notice title=msgen data::{escape_workflow(chr(10).join(lines))}\n")
         else:
             err.write("".join(f"{text}\n" for text in lines))
     sys.stdout.write(f"    {line}\n")

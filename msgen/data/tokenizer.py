@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
+from msgen.base.files import read_regular
 from msgen.data import DataError
 from msgen.data.sources import shown
-from msgen.syntax.parser import read_regular
 
 # EOS spellings of common tokenizers, tried in this order when neither --eos nor a
 # tokenizer_config.json beside the tokenizer names one.

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from msgen import hostinfo
 from msgen.analysis.mesh import RankMesh
-from msgen.commands.status import UsageError, estimable
+from msgen.base.status import UsageError
+from msgen.compiler import estimable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import TIMEOUT_S, Tools

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from msgen.base.files import new_file_mode
+from msgen.base.status import EXIT_OK, UsageError
 from msgen.ckpt.command import scratch, whole_checkpoint
 from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
 from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE
 from msgen.ckpt.slices import slice_of
 from msgen.ckpt.transform import load
-from msgen.commands.files import new_file_mode
-from msgen.commands.status import EXIT_OK, UsageError
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
 from msgen.hf.layout import hf_names, msgen_prefix, to_hf, to_msgen
 from msgen.hf.tensors import (

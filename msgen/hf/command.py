@@ -7,8 +7,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.commands.files import write_output
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError
+from msgen.base.files import write_output
+from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
 from msgen.compiler import analyze_text
 from msgen.estimate.planner import search
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config

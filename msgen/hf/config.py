@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from msgen.syntax.parser import read_regular
+from msgen.base.files import read_regular
 
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB; anything near this is not one
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 
+from msgen.base.files import read_regular
 from msgen.diagnostics import Span, format_bytes
 from msgen.ir import models as ir
 from msgen.lowering.evaluate import Evaluator
 from msgen.lowering.reader import Reader
 from msgen.syntax import ast
-from msgen.syntax.parser import read_regular
 
 HCCN_LIMIT = 2**20  # an hccn.conf for 16 NPUs is under 2 KiB
 

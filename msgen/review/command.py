@@ -6,8 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.commands.files import write_output
-from msgen.commands.status import EXIT_ERRORS, EXIT_OK, UsageError
+from msgen.base.files import write_output
+from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
 from msgen.compiler import Result, analyze, analyze_text, display_path, spec_label
 from msgen.review.diff import diff_sides
 from msgen.review.model import DiffReport

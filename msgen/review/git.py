@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from msgen.commands.status import UsageError
+from msgen.base.status import UsageError
 
 
 def _git(folder: Path, *args: str) -> subprocess.CompletedProcess:

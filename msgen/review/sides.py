@@ -7,8 +7,7 @@ import json
 from dataclasses import dataclass
 
 from msgen.analysis.plan import build_plan
-from msgen.commands.status import estimable
-from msgen.compiler import Result
+from msgen.compiler import Result, estimable
 from msgen.emit import emit
 from msgen.emit.build import build_context
 from msgen.emit.context import ModelContext

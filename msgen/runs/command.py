@@ -19,7 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.commands.status import EXIT_OK, estimable
+from msgen.base.status import EXIT_OK
+from msgen.compiler import estimable
 from msgen.runs import RunError
 from msgen.runs.alarms import judge
 from msgen.runs.logs import Run, read_run
@@ -80,7 +81,7 @@ def prediction(run: Run, options: ReportOptions, analyze):
 
 
 def report_command(options: ReportOptions, analyze) -> int:
-    from msgen.commands.files import write_output
+    from msgen.base.files import write_output
 
     run = read_run(options.run)
     predicted = prediction(run, options, analyze)
@@ -105,7 +106,7 @@ def report_command(options: ReportOptions, analyze) -> int:
 
 
 def calibrate_command(options: CalibrateOptions, analyze) -> int:
-    from msgen.commands.files import write_output
+    from msgen.base.files import write_output
     from msgen.runs.calibrate import calibrate, calibration_json, measured, render
 
     runs = []

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import errno
 import gc
 import hashlib
 import math
-import os
-import stat
 import sys
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -24,7 +21,8 @@ from lark.exceptions import (
     UnexpectedToken,
 )
 
-from msgen.diagnostics import Diagnostic, Span, error, format_bytes
+from msgen.base.files import read_regular
+from msgen.diagnostics import Diagnostic, Span, error
 from msgen.resources import resource_dir
 from msgen.syntax import ast
 
@@ -413,19 +411,6 @@ def _syntax_error(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
         span = _token_span(file, tok)
         what = f"`{tok}`"
     return error("MSL001", f"unexpected {what}", span, _expected(exc) or None)
-
-
-def read_regular(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; OSError for anything
-    else (a FIFO is not waited on, a device not read from, a huge file not loaded)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {format_bytes(limit)}")
-    return data
 
 
 def read_source(path: Path) -> str:

@@ -1,9 +1,11 @@
 """How msgen puts a file on disk: staged beside its target, then renamed over it,
 so no reader and no interrupt ever sees half a file; and only ever in place of a
-regular file (never a device, a FIFO or a folder)."""
+regular file (never a device, a FIFO or a folder). And how it takes one in: only a
+regular file, and only up to a limit."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import stat
@@ -11,7 +13,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from msgen.commands.status import UsageError
+from msgen.base.status import UsageError
+from msgen.diagnostics import format_bytes
 
 STAGED = ".msgen-new"  # the suffix of a staged file; a run that dies leaves it behind
 
@@ -90,3 +93,16 @@ def write_output(option: str, name: str, spec: Path, text: str) -> None:
         write_file(path, text)
     except OSError as exc:
         raise UsageError(f"cannot write {name}: {exc.strerror or exc}") from exc
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; OSError for anything
+    else (a FIFO is not waited on, a device not read from, a huge file not loaded)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {format_bytes(limit)}")
+    return data

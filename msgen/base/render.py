@@ -1,4 +1,5 @@
-"""Render diagnostics: text with a caret under the span, JSON lines, or GitHub annotations."""
+"""Render diagnostics: text with a caret under the span, JSON lines, or GitHub annotations
+(every command and run tool prints its diagnostics through here)."""
 
 from __future__ import annotations
 
@@ -76,26 +77,27 @@ def render_json(d: Diagnostic) -> str:
     return json.dumps(obj, sort_keys=True)
 
 
-def _escape(text: str) -> str:
+def escape_workflow(text: str) -> str:
+    """Text for a GitHub workflow command's message: `%`, CR and LF escaped."""
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_property(text: str) -> str:
     """A `key=value` property of a workflow command: also `:` and `,` are escaped."""
-    return _escape(text).replace(":", "%3A").replace(",", "%2C")
+    return escape_workflow(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def render_github(d: Diagnostic) -> str:
     level = "error" if d.is_error else "warning"
     message = d.message + (f" (hint: {d.hint})" if d.hint else "")
     if d.span is None:
-        return f"::{level} title={d.code}::{_escape(message)}"
+        return f"::{level} title={d.code}::{escape_workflow(message)}"
     s = d.span
     loc = (
         f"file={_escape_property(s.file)},line={s.line},col={s.col},"
         f"endLine={s.end_line},endColumn={s.end_col}"
     )
-    return f"::{level} {loc},title={d.code}::{_escape(message)}"
+    return f"::{level} {loc},title={d.code}::{escape_workflow(message)}"
 
 
 def _capped(diags: list[Diagnostic]) -> tuple[list[Diagnostic], list[str]]:
@@ -123,7 +125,7 @@ def render(diags: list[Diagnostic], fmt: str, sources: dict[str, str]) -> str:
         return "".join(render_json(d) + "\n" for d in diags)
     diags, more = _capped(diags)
     if fmt == "github":
-        notes = [f"::notice::{_escape(line)}" for line in more]
+        notes = [f"::notice::{escape_workflow(line)}" for line in more]
         return "".join(render_github(d) + "\n" for d in diags) + "".join(n + "\n" for n in notes)
     return "".join(render_text(d, sources) + "\n" for d in diags) + "".join(m + "\n" for m in more)
 
