@@ -90,7 +90,7 @@ def test_the_verdicts_say_what_changed():
     assert "MSL201" in report("new_errors").verdict
     assert report("over_budget").verdict.startswith("no longer fits; peak +")
     assert report("tp").verdict.startswith("fits before and after; peak -")
-    assert "on stage 0 (38.83 → " in report("tp").verdict
+    assert "on stage 0 (38.81 → " in report("tp").verdict
 
 
 # --- the numbers are estimate --json's --------------------------------------------
