@@ -323,3 +323,37 @@ def test_imbalance_scales_the_busiest_ranks_all_to_all_and_expert_kernels(imbala
     shared = 3 * 2 * t * h * s
     assert work.kernel_flops == 2 * t * h * e + 3 * 2 * copies * h * f + shared
     assert work.matmul_flops == 2 * t * h * e + 3 * 2 * t * k * h * f + shared
+
+
+# 910B inside a server: HCCS, a full mesh, n - 1 links of 56 GB/s x 0.33 for a group of
+# n, 10 us a ring step; across servers: RoCE, 25 GB/s x 0.8, 15 us a step.
+HCCS_LINK, ROCE_LINK = 56e9 * 0.33, 25e9 * 0.8
+EXPERT_REDUCTION = {
+    # capacity (ffn over tp): the 2 ranks holding rank 0's experts are 0 and 4, dp / ep
+    # of them; 2 layers x 2 x 256 x 128 fp32 = 524,288 bytes, a ring all-reduce of 2
+    # steps, each 1/2 of the bytes
+    ("capacity = 1.0, ", 8): 2 / 2 * 524288 / HCCS_LINK + 2 * 10e-6,
+    ("capacity = 1.0, ", 4): 2 / 2 * 524288 / ROCE_LINK + 2 * 15e-6,
+    # dropless (whole over tp): ranks 0, 1, 4, 5, dp / ep x tp; 2 x 2 x 256 x 256 fp32 =
+    # 1,048,576 bytes, 6 steps of 1/4, on 3 links inside a server
+    ("", 8): 6 / 4 * 1048576 / (3 * HCCS_LINK) + 6 * 10e-6,
+    ("", 4): 6 / 4 * 1048576 / ROCE_LINK + 6 * 15e-6,
+}
+
+
+@pytest.mark.parametrize("moe_args, per_node", sorted(EXPERT_REDUCTION))
+def test_the_experts_gradients_are_reduced_over_the_ranks_holding_them(moe_args, per_node):
+    """The gate weights' gradient reduction (zero 0: the mirror's all-reduce), by hand
+    (EXPERT_REDUCTION): over the ranks of the stage holding the same experts, not over
+    all dp = 4 of them, on the link that group spans as the mesh lays the ranks (tp
+    innermost, then ep: rank 4 is on the second server of 4 devices)."""
+    from msgen.estimate.time import dp_comm
+
+    result = analysed(moe_args, zero=0)
+    gate = next(p for p in moe_facts(result).params if p.name == "gate")
+    device = DEVICES["ascend910b"]
+    mesh = RankMesh(dp=4, tp=2, ep=2, per_node=per_node)
+    machine = Machine(device, device.matmul_flops["fp32"], mesh, sizes(result))
+    reduce, gathers = dp_comm([(gate, 2)], precision(result.spec), 0, 2, machine)
+    want = EXPERT_REDUCTION[moe_args, per_node]
+    assert gathers == 0 and abs(reduce - want) < 1e-9 * want

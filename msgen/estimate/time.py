@@ -17,9 +17,10 @@ tier the sends between a stage and its neighbours use.
 
 A stage's work is its micro-batches' time; the slowest stage sets the pace,
 the schedule adds its bubble ((p - 1)/m of that, divided by the chunks when
-interleaved), and after the last backward come the data-parallel gradient
-reduction (the device's `dp_overlap` share hidden behind that backward, ZeRO's
-weight gathers not) and the optimizer step, memory-bound. Step time is the
+interleaved), and after the last backward come the gradient reductions, each
+parameter's over the devices of its stage holding the same slice, on the tier that
+group spans (the device's `dp_overlap` share hidden behind that backward, ZeRO's
+weight gathers not), and the optimizer step, memory-bound. Step time is the
 latest stage to finish. Every term is kept, so a report can show why.
 """
 
