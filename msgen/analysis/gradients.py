@@ -42,11 +42,22 @@ def gradient_source(split: Split, mesh: RankMesh, zero: int) -> str:
     return MIRROR if zero > 0 and mesh.replicas(split) > 1 else ACCU_GRADS
 
 
+def reads_accumulated(spec) -> bool:
+    """Whether a step reads its gradients from the mirrors or `accu_grads` at all:
+    semi-auto parallel over several micro-batches or pipeline stages (train.py's
+    GradReducer). Otherwise the backward pass returns each gradient itself."""
+    return spec.semi_auto and (spec.mesh.pp > 1 or spec.micro_batches > 1)
+
+
 def gradient_sources(plan: Plan) -> tuple[tuple[str, str], ...]:
     """(parameter path pattern, source) for every parameter, in network order: a
     repeated layer's parameters once, as `<layer>.*.<op>.<param>` (every copy has the
-    same split and its stage the same devices)."""
+    same split and its stage the same devices). None where the step does not read
+    them (reads_accumulated). plan.json's `gradient_from` and train.py's GRADIENT_FROM
+    are this table."""
     spec = plan.spec
+    if not reads_accumulated(spec):
+        return ()
     mesh = RankMesh.of(spec)
     out: dict[str, str] = {}
     for name, of in plan.graph("network").ops.items():
