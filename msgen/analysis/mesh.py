@@ -77,6 +77,11 @@ class RankMesh:
         inner = COORDINATES[COORDINATES.index(coordinate) + 1 :]
         return prod(shape[c] for c in inner)
 
+    def axis_stride(self, axis: str) -> int:
+        """Ranks between neighbours along a communicator's axis, its innermost
+        coordinate's stride: dp tp (ep is dp's innermost part), pp dp * tp."""
+        return self.stride(AXES[axis][-1])
+
     def size(self, axes: str | tuple[str, ...]) -> int:
         """Ranks in one group over `axes` (an axis name or a tuple of them)."""
         return prod(self.shape[c] for c in _coordinates(axes))
