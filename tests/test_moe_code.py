@@ -163,8 +163,9 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     ranks 0, 1, 4, 5: 4 of them (4 local experts divide by 4), recorded with the
     stride MindSpore computes, (5 - 0) // (4 - 1) = 1. Each of the 8 x 128 x 32 x 4 B =
     128 KiB passes hsdp's 64 KiB threshold. The router [128, 8] stays on the stage's
-    [dp, tp], whole (4 KiB of fp32, under the threshold: not sliced). The ranks are read
-    from plan.json's groups."""
+    [dp, tp], whole (4 KiB of fp32, under the threshold: not sliced); the embedding
+    table [256, 128] (128 KiB), whole over tp, is split over all 8 ranks of the stage.
+    The ranks are read from plan.json's groups."""
 
     text = emit_fixtures.SPECS["tiny_moe"].read_text()
     text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
@@ -192,6 +193,11 @@ def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
     router = layouts["decoder.0.ffn2.router"]
     assert router["dev_matrix"] == [4, 2] and router["tensor_map"] == [-1, -1]
     assert router["opt_weight_shard_size"] == 0
+    # the embedding table [256, 128], whole over tp: every rank of the stage, 1 apart
+    emb = layouts["emb.table"]
+    stage = holders(doc, 0, ("dp", "tp"))
+    assert stage == list(range(8)) and emb["tensor_map"] == [-1, -1]
+    assert (emb["opt_weight_shard_size"], emb["opt_weight_shard_step"]) == (8, 1)
 
 
 def recorded_layouts(name: str) -> dict[tuple[str, str], tuple[dict, ...]]:
