@@ -94,6 +94,21 @@ def every_param(doc: dict) -> list[dict]:
     return out
 
 
+def holders(doc: dict, rank: int, axes: tuple[str, ...]) -> list[int]:
+    """The ranks reached from `rank` through plan.json's groups over `axes`: given the
+    axes a parameter's split leaves unused (the experts' edp in place of dp), the
+    ranks holding the same slice of it as `rank`, in rank order."""
+    found, frontier = {rank}, [rank]
+    while frontier:
+        r = frontier.pop()
+        for axis in axes:
+            for peer in next(g for g in doc["groups"][axis] if r in g):
+                if peer not in found:
+                    found.add(peer)
+                    frontier.append(peer)
+    return sorted(found)
+
+
 def copy_placement(layer: dict, key: str) -> list[int]:
     """A repeated layer's `stage` (or `segment`) per copy, from its placement runs."""
     return [run[key] for run in layer["placement"] for _ in range(*run["copies"])]

@@ -90,7 +90,7 @@ def test_the_verdicts_say_what_changed():
     assert "MSL201" in report("new_errors").verdict
     assert report("over_budget").verdict.startswith("no longer fits; peak +")
     assert report("tp").verdict.startswith("fits before and after; peak -")
-    assert "on stage 0 (38.83 → " in report("tp").verdict
+    assert "on stage 0 (38.81 → " in report("tp").verdict
 
 
 # --- the numbers are estimate --json's --------------------------------------------
@@ -176,6 +176,23 @@ def test_a_verdict_a_budget_flips_is_listed_with_no_byte_moved(capsys):
     assert all(i.delta == 0 for s in diff.memory.stages for i in s.items)
     rows = [line.split() for line in render_text(diff).splitlines()]
     assert ["0", "verdict", "fits", "over", "budget"] in rows
+
+
+def test_a_parameter_whose_gradient_source_changes_is_listed():
+    """specs/tiny_llama.msl (dp 2, tp 2, pp 2, zero 1) against itself at zero 0. Each
+    parameter has a replica on its stage's other dp rank, so with the parallel
+    optimizer its mirror returns its gradient, and without it the gradient is read
+    from `accu_grads` (msgen/analysis/gradients.py): one row, every parameter, mirror
+    to accu_grads (plan.json's `gradient_from`)."""
+    spec = Path(__file__).resolve().parents[1] / "specs" / "tiny_llama.msl"
+    diff = diff_report(DiffOptions(spec, spec, overrides=("train.zero=0",)))
+    (row,) = [c for c in diff.params or [] if c.aspect == "gradient_from"]
+    assert (row.old, row.new) == ("mirror", "accu_grads")
+    doc = json.loads((Path(__file__).resolve().parents[1] / "generated" / "tiny_llama" /
+                      "plan.json").read_text())  # fmt: skip
+    paths = {p["path"] for p in doc["params"]}
+    paths |= {f"{r['layer']}.*.{r['name']}" for r in doc["layer_params"]}
+    assert set(row.params) == paths
 
 
 def test_a_stage_pp_adds_is_listed_as_added(capsys):

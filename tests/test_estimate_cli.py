@@ -42,7 +42,7 @@ def test_text_table(capsys):
                 "verdict"):  # fmt: skip
         assert f"\n  {row} " in out
     assert "16.00 MiB per layer x 32 layers x 1 in flight" in out
-    assert "38.83 GiB   of the 58.00 GiB budget" in out
+    assert "38.81 GiB   of the 58.00 GiB budget" in out
     assert out.rstrip().endswith("fits: every stage within 58.00 GiB per device")
 
 

@@ -31,6 +31,7 @@ read each one.
 from __future__ import annotations
 
 import ast
+import json
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -124,16 +125,40 @@ def gradient_from(folder: Path) -> dict[str, str]:
     return ast.literal_eval(table)
 
 
+def listed(folder: Path) -> dict[str, str]:
+    """plan.json's `gradient_from` of each parameter, a repeated layer's under its
+    path pattern (each of its runs must say the same)."""
+    doc = json.loads((folder / "plan.json").read_text())
+    out = {p["path"]: p["gradient_from"] for p in doc["params"] if "gradient_from" in p}
+    for run in doc["layer_params"]:
+        if "gradient_from" in run:
+            pattern = f"{run['layer']}.*.{run['name']}"
+            assert out.setdefault(pattern, run["gradient_from"]) == run["gradient_from"]
+    return out
+
+
 @pytest.mark.parametrize("zero", [1, 0])
 @pytest.mark.parametrize("case", CASES)
 def test_the_table_is_the_hand_derived_one(case, zero, tmp_path):
     """With zero = 1 the hand table; with zero = 0 (no parallel optimizer: the mirror
     writes the reduced sum back into the buffer and returns 1.0) every parameter reads
-    its buffer."""
+    its buffer. plan.json lists the same source on each parameter."""
     make, table = CASES[case]
     folder = compile_spec(make(tmp_path, zero), tmp_path / "out")
     expected = table if zero else dict.fromkeys(table, A)
     assert gradient_from(folder) == expected
+    assert listed(folder) == expected
+
+
+def test_a_step_that_reads_no_buffer_lists_no_source(tmp_path):
+    """tests/specs/tiny_dp.msl runs in data-parallel mode (only the batch split): the
+    backward pass returns each gradient, no mirror or `accu_grads` is read, so plan.json
+    names no source and train.py has no GRADIENT_FROM."""
+    folder = compile_spec(SPECS["tiny_dp"], tmp_path / "out")
+    doc = json.loads((folder / "plan.json").read_text())
+    assert doc["params"] and doc["layer_params"]
+    assert not listed(folder)
+    assert "GRADIENT_FROM" not in (folder / "train.py").read_text()
 
 
 @pytest.mark.parametrize(

@@ -203,3 +203,52 @@ def test_the_layouts_and_the_strategy_file_split_the_experts_over_plan_jsons_ep_
             experts = (cell.inner.attrs["in_layout"][1], cell.outer.attrs["in_layout"][1])
         for layout in experts:
             assert along(layout["device_matrix"], layout["tensor_map"][0]) == want
+
+
+def train_py_rank_arithmetic(folder) -> tuple[dict, dict]:
+    """train.py's module constants and its main()'s `stage, dp_index = ...` and
+    `prints = ...` statements, as expressions to evaluate per rank."""
+    import ast
+
+    def target(node) -> str:
+        return ", ".join(ast.unparse(t) for t in getattr(node, "elts", [node]))
+
+    module = ast.parse((folder / "train.py").read_text())
+    constants = {}
+    for node in module.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.Tuple)):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            names = target(node.targets[0]).split(", ")
+            constants.update(zip(names, value if len(names) > 1 else (value,), strict=True))
+    statements = {
+        target(node.targets[0]): compile(ast.Expression(node.value), "train.py", "eval")
+        for node in ast.walk(module)
+        if isinstance(node, ast.Assign) and target(node.targets[0]) in ("stage, dp_index", "prints")
+    }
+    return constants, statements
+
+
+@pytest.mark.parametrize("ep", [1, 4])
+def test_train_pys_stage_and_dp_index_of_each_rank_are_plan_jsons(tmp_path, ep):
+    """train.py reads its stage and dp index (the data shard it reads) from the strides
+    the mesh's owner emits: for every rank they are its index in plan.json's pp group
+    and dp group, and the rank that prints is the last stage's first. tiny (dp 2, tp 2,
+    pp 2) and tiny_moe at dp 8, tp 2, ep 4 on two servers (ep inside dp)."""
+    if ep == 1:
+        folder = emit_fixtures.compiled("tiny")
+    else:
+        folder = emit_fixtures.compile_spec(moe_spec(tmp_path, 8, 2, ep), tmp_path / "out")
+    doc = json.loads((folder / "plan.json").read_text())
+    constants, statements = train_py_rank_arithmetic(folder)
+    last_stage = doc["mesh"]["pp"] - 1
+    for rank in range(doc["devices"]):
+        names = {**constants, "rank": rank, "distributed": True}
+        stage, dp_index = eval(statements["stage, dp_index"], names)  # noqa: S307
+        (pp_group,) = [g for g in doc["groups"]["pp"] if rank in g]
+        (dp_group,) = [g for g in doc["groups"]["dp"] if rank in g]
+        assert (stage, dp_index) == (pp_group.index(rank), dp_group.index(rank)), rank
+        first_of_last = min(g[last_stage] for g in doc["groups"]["pp"])
+        assert eval(statements["prints"], names) == (rank == first_of_last), rank  # noqa: S307

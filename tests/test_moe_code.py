@@ -17,7 +17,7 @@ import pytest
 
 from tests import emit_fixtures, test_op_moe
 from tests import reference_numpy as ref
-from tests.emit_fixtures import plan
+from tests.emit_fixtures import holders, plan
 from tests.test_api_check import instantiate, stage_devices, strategy_problems, trace, unexercised
 from tests.test_generated import batch, check_against_plan, mindspore_loss, randomised
 from tests.test_generated import build as build_network
@@ -151,38 +151,53 @@ def test_the_reference_comparison_sees_the_routing(forward, monkeypatch, change)
 
 @pytest.mark.parametrize("capacity", [None, 0.5])
 def test_the_strategy_file_lays_the_experts_over_ep(tmp_path, capacity):
-    """tiny_moe with ep = 2 and zero = 1 (dp 4, tp 2): the experts' device matrix is
-    [dp / ep, ep, tp] = [2, 2, 2] (Megatron-LM's order: tp innermost, then ep), their
-    first dim on ep (device dim 1); with a capacity their ffn dim on tp (dim 0),
-    dropless whole (the Morph region's layout, templates/ops/moe_permute.py.j2
-    `region`); the parallel optimizer slices them over the dp / ep = 2 ranks holding
-    the same experts, ep x tp = 4 ranks apart (ranks 0 and 4: rank 0's experts are
-    ep index 0 of edp index 0, rank 4's of edp index 1). The router stays on
-    the stage's [dp, tp], sliced over all dp = 4 ranks (4 KiB of fp32 is under hsdp's
-    64 KiB threshold: not sliced)."""
+    """tiny_moe with 8 experts, ep = 2 and zero = 1 (dp 4, tp 2): the experts' device
+    matrix is [dp / ep, ep, tp] = [2, 2, 2] (Megatron-LM's order: tp innermost, then
+    ep), their first dim on ep (device dim 1); with a capacity their ffn dim on tp
+    (dim 0), dropless whole (the Morph region's layout,
+    templates/ops/moe_permute.py.j2 `region`). The parallel optimizer splits a slice
+    over every rank of the stage holding it (operator_info.cc, CreateGroupForOptShard):
+    with a capacity the edp group, dp / ep = 2 ranks ep x tp = 4 apart (rank 0's
+    experts are ep index 0 of edp index 0, rank 4's of edp index 1; their 4 local
+    experts divide by 2); dropless, whole over tp, the edp groups of rank 0's tp group,
+    ranks 0, 1, 4, 5: 4 of them (4 local experts divide by 4), recorded with the
+    stride MindSpore computes, (5 - 0) // (4 - 1) = 1. Each of the 8 x 128 x 32 x 4 B =
+    128 KiB passes hsdp's 64 KiB threshold. The router [128, 8] stays on the stage's
+    [dp, tp], whole (4 KiB of fp32, under the threshold: not sliced); the embedding
+    table [256, 128] (128 KiB), whole over tp, is split over all 8 ranks of the stage.
+    The ranks are read from plan.json's groups."""
 
     text = emit_fixtures.SPECS["tiny_moe"].read_text()
     text = text.replace("    tp = 2\n}", "    tp = 2\n    ep = 2\n}")
-    text = text.replace("hidden   = 64", "hidden   = 128")  # gate: 4 * 128 * 32 * 4 B = 64 KiB
+    text = text.replace("hidden   = 64", "hidden   = 128").replace("experts = 4", "experts = 8")
     text = text.replace("    seed         = 1234", "    seed         = 1234\n    zero = 1")
     if capacity:
         text = text.replace("aux_loss = 0.01", f"capacity = {capacity}, aux_loss = 0.01")
     spec = tmp_path / "tiny_moe.msl"
     spec.write_text(text)
     folder = emit_fixtures.compile_spec(spec, tmp_path / "out")
+    doc = json.loads((folder / "plan.json").read_text())
+    group = holders(doc, 0, ("edp",) if capacity else ("edp", "tp"))
+    assert group == ([0, 4] if capacity else [0, 1, 4, 5])
     items = json.loads((folder / "strategy" / "stage_0.json").read_text())
     layouts = items["parallel_layout_item"]
     maps = {"gate": [1, -1, 0], "up": [1, -1, 0], "down": [1, 0, -1]}
     if capacity is None:
         maps = dict.fromkeys(maps, [1, -1, -1])
+    shard = (len(group), (group[-1] - group[0]) // (len(group) - 1))
     for name, tensor_map in maps.items():
         for prefix in ("", "adam_m.", "adam_v."):
             got = layouts[f"{prefix}decoder.1.ffn2.{name}"]
             assert got["dev_matrix"] == [2, 2, 2] and got["tensor_map"] == tensor_map
-            assert (got["opt_weight_shard_size"], got["opt_weight_shard_step"]) == (2, 4)
+            assert (got["opt_weight_shard_size"], got["opt_weight_shard_step"]) == shard
     router = layouts["decoder.0.ffn2.router"]
     assert router["dev_matrix"] == [4, 2] and router["tensor_map"] == [-1, -1]
     assert router["opt_weight_shard_size"] == 0
+    # the embedding table [256, 128], whole over tp: every rank of the stage, 1 apart
+    emb = layouts["emb.table"]
+    stage = holders(doc, 0, ("dp", "tp"))
+    assert stage == list(range(8)) and emb["tensor_map"] == [-1, -1]
+    assert (emb["opt_weight_shard_size"], emb["opt_weight_shard_step"]) == (8, 1)
 
 
 def recorded_layouts(name: str) -> dict[tuple[str, str], tuple[dict, ...]]:

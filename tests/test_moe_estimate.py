@@ -23,8 +23,10 @@ from msgen.ir.devices import DEVICES
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
 
 
-def analysed(moe_args: str = "", ep: int = 2, zero: int = 1, recompute: str = "none"):
-    text = SPEC.read_text()
+def analysed(
+    moe_args: str = "", ep: int = 2, zero: int = 1, recompute: str = "none", experts: int = 4
+):
+    text = SPEC.read_text().replace("experts = 4", f"experts = {experts}")
     text = text.replace("hidden   = 64", "hidden   = 256").replace("ffn      = 32", "ffn = 256")
     text = text.replace("aux_loss = 0.01", moe_args + "aux_loss = 0.01")
     text = text.replace("    tp = 2\n}", f"    tp = 2\n    ep = {ep}\n}}")
@@ -81,17 +83,44 @@ def test_dropless_experts_are_whole_over_tp():
     """Dropless, the generated Morph region keeps each expert whole over tp (its
     layout (ep, None, None), templates/ops/moe_permute.py.j2 `region`, as mindformers 2.0.0's
     grouped-matmul path lays its weights): gate, up, down [4, 256, 256] @ [ep, 1, 1]:
-    2 x 256 x 256 = 131,072 elements a device each (twice the capacity path's), zero 1
-    slicing their first dim 2 over dp / ep = 2: 65,536. The router and the shared
-    experts as with a capacity."""
+    2 x 256 x 256 = 131,072 elements a device each (twice the capacity path's). The
+    devices of the stage holding the same 2 experts are dp / ep x tp = 4, which 2 does
+    not divide: zero 1 leaves them whole (tensor_layout.cc, GenerateOptShardSliceShape:
+    the first dim over its split times the repeated devices), no gathered copy. The
+    router and the shared experts as with a capacity."""
     result = analysed()
     params = {p.name: p for p in moe_facts(result).params}
     assert all(params[m].split == (("ep",), (), ()) for m in ("gate", "up", "down"))
     states = param_states(list(params.values()), sizes(result), precision(result.spec), zero=1)
     assert states.params == 1024 + 3 * 131072 + 3 * 32768
-    assert states.weights == 4 * (1024 + 3 * (131072 + 65536) + 3 * (32768 + 8192))
-    assert states.grads == 4 * (1024 + 3 * 65536 + 3 * 8192)
-    assert states.optimizer == 8 * (1024 + 3 * 65536 + 3 * 8192)
+    assert states.weights == 4 * (1024 + 3 * 131072 + 3 * (32768 + 8192))
+    assert states.grads == 4 * (1024 + 3 * 131072 + 3 * 8192)
+    assert states.optimizer == 8 * (1024 + 3 * 131072 + 3 * 8192)
+
+
+def test_zero_splits_a_parameter_over_every_device_of_its_stage_holding_its_slice():
+    """The parallel optimizer's group is every device of the stage that holds the same
+    slice (operator_info.cc, CreateGroupForOptShard; hsdp's shard_size -1 is "the data
+    parallel group of each parameter": msgen/analysis/optimizer_shard.py), not dp
+    alone. By hand at dp 4, tp 2, ep 2, zero 1, fp32 (Adam's m and v 8 bytes an
+    element), 8 experts, dropless:
+    - emb.table [256, 256], not split: every one of the stage's dp x tp = 8 devices
+      holds it whole; 256 KiB >= hsdp's 64 KiB, and 256 rows / 8 = 32: each device
+      keeps 256 x 256 / 8 = 8,192 elements of Adam state, 65,536 bytes (a dp-only
+      split would keep 16,384 elements, 131,072 bytes).
+    - decoder.*.ffn2.gate [8, 256, 256] @ [ep, 1, 1] (dropless, whole over tp): a
+      device holds its ep index's 4 experts, 4 x 256 x 256 = 262,144 elements; the
+      devices holding the same 4 are dp / ep x tp = 2 x 2 = 4 (ranks 0, 1, 4, 5 for
+      rank 0); 4 experts / 4 = 1 a device: 65,536 elements, 524,288 bytes of Adam
+      state (over dp / ep = 2 alone: 1,048,576)."""
+    result = analysed(experts=8)
+    plan = Plan(result.spec, result.facts)
+    prec = precision(result.spec)
+    emb = next(p for op, p in plan.network_params() if op == "emb")
+    gate = next(p for op, p in plan.layer_params("decoder") if op == "ffn2" and p.name == "gate")
+    assert (emb.shape, gate.shape, gate.split) == ((256, 256), (8, 256, 256), (("ep",), (), ()))
+    assert param_states([emb], sizes(result), prec, zero=1).optimizer == 65536
+    assert param_states([gate], sizes(result), prec, zero=1).optimizer == 524288
 
 
 # What the moe op keeps for backward, per device and micro-batch, in bytes, by hand:
@@ -294,3 +323,37 @@ def test_imbalance_scales_the_busiest_ranks_all_to_all_and_expert_kernels(imbala
     shared = 3 * 2 * t * h * s
     assert work.kernel_flops == 2 * t * h * e + 3 * 2 * copies * h * f + shared
     assert work.matmul_flops == 2 * t * h * e + 3 * 2 * t * k * h * f + shared
+
+
+# 910B inside a server: HCCS, a full mesh, n - 1 links of 56 GB/s x 0.33 for a group of
+# n, 10 us a ring step; across servers: RoCE, 25 GB/s x 0.8, 15 us a step.
+HCCS_LINK, ROCE_LINK = 56e9 * 0.33, 25e9 * 0.8
+EXPERT_REDUCTION = {
+    # capacity (ffn over tp): the 2 ranks holding rank 0's experts are 0 and 4, dp / ep
+    # of them; 2 layers x 2 x 256 x 128 fp32 = 524,288 bytes, a ring all-reduce of 2
+    # steps, each 1/2 of the bytes
+    ("capacity = 1.0, ", 8): 2 / 2 * 524288 / HCCS_LINK + 2 * 10e-6,
+    ("capacity = 1.0, ", 4): 2 / 2 * 524288 / ROCE_LINK + 2 * 15e-6,
+    # dropless (whole over tp): ranks 0, 1, 4, 5, dp / ep x tp; 2 x 2 x 256 x 256 fp32 =
+    # 1,048,576 bytes, 6 steps of 1/4, on 3 links inside a server
+    ("", 8): 6 / 4 * 1048576 / (3 * HCCS_LINK) + 6 * 10e-6,
+    ("", 4): 6 / 4 * 1048576 / ROCE_LINK + 6 * 15e-6,
+}
+
+
+@pytest.mark.parametrize("moe_args, per_node", sorted(EXPERT_REDUCTION))
+def test_the_experts_gradients_are_reduced_over_the_ranks_holding_them(moe_args, per_node):
+    """The gate weights' gradient reduction (zero 0: the mirror's all-reduce), by hand
+    (EXPERT_REDUCTION): over the ranks of the stage holding the same experts, not over
+    all dp = 4 of them, on the link that group spans as the mesh lays the ranks (tp
+    innermost, then ep: rank 4 is on the second server of 4 devices)."""
+    from msgen.estimate.time import dp_comm
+
+    result = analysed(moe_args, zero=0)
+    gate = next(p for p in moe_facts(result).params if p.name == "gate")
+    device = DEVICES["ascend910b"]
+    mesh = RankMesh(dp=4, tp=2, ep=2, per_node=per_node)
+    machine = Machine(device, device.matmul_flops["fp32"], mesh, sizes(result))
+    reduce, gathers = dp_comm([(gate, 2)], precision(result.spec), 0, 2, machine)
+    want = EXPERT_REDUCTION[moe_args, per_node]
+    assert gathers == 0 and abs(reduce - want) < 1e-9 * want

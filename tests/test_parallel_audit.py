@@ -288,7 +288,8 @@ def rule_dataset_strategy_matches_the_reads(folder: Path) -> list[str]:
     read_shards = eval(ast.unparse(assigned["shards"][0]), {}, mesh)
     read_index = ast.unparse(assigned["dp_index"][0])
     problems = []
-    if read_shards != mesh["DP"] or read_index != "rank // TP % DP":
+    # DP_STRIDE is the mesh owner's (tests/test_mesh.py holds it against plan.json)
+    if read_shards != mesh["DP"] or read_index != "rank // DP_STRIDE % DP":
         problems.append(f"the reader shards {read_shards} ways by {read_index}")
     calls = [
         n

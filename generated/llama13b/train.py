@@ -59,6 +59,9 @@ from mindspore.profiler import profile, schedule, tensorboard_trace_handler
 from model import Llama13b
 
 DP, TP, PP = 1, 8, 2
+# Ranks between neighbours along dp and between stages: tp innermost, then dp, the
+# stage outermost, as plan.json's groups lay them
+DP_STRIDE, PP_STRIDE = 8, 8
 MICRO_BATCH = 1
 MICRO_BATCHES = 64
 STEP_ROWS = MICRO_BATCH * DP * MICRO_BATCHES  # sequences per step, all replicas (64)
@@ -1030,12 +1033,12 @@ def main():
                 f"the mesh needs {DP * TP * PP} processes (dp * tp * pp), not {world}"
             )
     distributed = not (args.standalone or args.rehearse)
-    # rank = (stage * DP + dp_index) * TP + tp_index; a tp group reads the same samples.
-    stage, dp_index = rank // (DP * TP), rank // TP % DP
+    # This rank's stage and dp index; a tp group reads the same samples.
+    stage, dp_index = rank // PP_STRIDE, rank // DP_STRIDE % DP
     shards, shard = (DP, dp_index) if distributed else (1, 0)
     # The loss exists on the last stage; its first rank prints.
     last_stage = stage == PP - 1 or not distributed
-    prints = rank == (PP - 1) * DP * TP or not distributed
+    prints = rank == (PP - 1) * PP_STRIDE or not distributed
     # One seed everywhere: replicas start from the same weights.
     ms.set_seed(SEED)
     folder = prepare_output(args, rank)

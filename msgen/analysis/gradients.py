@@ -27,34 +27,38 @@ gradient is in `accu_grads`.
 
 from __future__ import annotations
 
-from math import prod
-
+from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
-from msgen.ir.models import Mesh, Split
+from msgen.ir.models import Split
 
 MIRROR = "mirror"  # the gradient the parameter's mirror returns
 ACCU_GRADS = "accu_grads"  # the accumulation buffer the pass adds every micro-batch into
 
 
-def replicas_in_stage(split: Split, mesh: Mesh) -> int:
-    """How many devices of a pipeline stage (dp · tp of them) hold the same slice of a
-    parameter split so. ep is carved out of dp, so experts split over ep are held by
-    dp / ep devices each (times tp when the experts are whole over tp)."""
-    slices = prod(mesh.size(axis) for axes in split for axis in axes)
-    return mesh.dp * mesh.tp // slices
-
-
-def gradient_source(split: Split, mesh: Mesh, zero: int) -> str:
+def gradient_source(split: Split, mesh: RankMesh, zero: int) -> str:
     """MIRROR or ACCU_GRADS: where the step reads the micro-batches' reduced gradient
-    of a parameter split so (the module's docstring says why)."""
-    return MIRROR if zero > 0 and replicas_in_stage(split, mesh) > 1 else ACCU_GRADS
+    of a parameter split so (the module's docstring says why; the devices holding
+    the same slice are the mesh's to say)."""
+    return MIRROR if zero > 0 and mesh.replicas(split) > 1 else ACCU_GRADS
+
+
+def reads_accumulated(spec) -> bool:
+    """Whether a step reads its gradients from the mirrors or `accu_grads` at all:
+    semi-auto parallel over several micro-batches or pipeline stages (train.py's
+    GradReducer). Otherwise the backward pass returns each gradient itself."""
+    return spec.semi_auto and (spec.mesh.pp > 1 or spec.micro_batches > 1)
 
 
 def gradient_sources(plan: Plan) -> tuple[tuple[str, str], ...]:
     """(parameter path pattern, source) for every parameter, in network order: a
     repeated layer's parameters once, as `<layer>.*.<op>.<param>` (every copy has the
-    same split and its stage the same devices)."""
+    same split and its stage the same devices). None where the step does not read
+    them (reads_accumulated). plan.json's `gradient_from` and train.py's GRADIENT_FROM
+    are this table."""
     spec = plan.spec
+    if not reads_accumulated(spec):
+        return ()
+    mesh = RankMesh.of(spec)
     out: dict[str, str] = {}
     for name, of in plan.graph("network").ops.items():
         if of.node.kind == "repeat":
@@ -63,5 +67,5 @@ def gradient_sources(plan: Plan) -> tuple[tuple[str, str], ...]:
         else:
             params = [(name, p) for p in of.params]
         for prefix, p in params:
-            out[f"{prefix}.{p.name}"] = gradient_source(p.split, spec.mesh, spec.train.zero)
+            out[f"{prefix}.{p.name}"] = gradient_source(p.split, mesh, spec.train.zero)
     return tuple(out.items())

@@ -27,6 +27,18 @@ COORDINATES = ("pp", "edp", "ep", "tp")
 # data-parallel dim and ep together, "edp" the ranks holding the same experts.
 AXES = {"dp": ("edp", "ep"), "tp": ("tp",), "pp": ("pp",), "ep": ("ep",), "edp": ("edp",)}
 LISTED = ("dp", "tp", "pp", "ep")  # the communicators plan.json lists (and edp with ep > 1)
+STAGE = ("edp", "ep", "tp")  # the coordinates of a rank inside its pipeline stage
+
+
+@cache
+def replica_axes(split) -> tuple[str, ...]:
+    """The coordinates of a stage that a tensor split so (per dim, the axis names
+    splitting it: `(("tp",), ())`) leaves unused: the devices of a stage that differ
+    only along them hold the same slice. A split over dp uses edp and ep, over ep
+    ep alone, so experts split over ep are held by the edp ranks (times tp when whole
+    over it)."""
+    used = {c for axes in split for axis in axes for c in AXES[axis]}
+    return tuple(c for c in STAGE if c not in used)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,12 @@ class RankMesh:
         m = spec.mesh
         return cls(m.dp, m.tp, m.pp, m.ep, max(1, spec.cluster.per_node))
 
+    @classmethod
+    def of_sizes(cls, sizes: dict[str, int]) -> RankMesh:
+        """The mesh of axis sizes ("dp", "tp", "pp", "ep"; a missing one is 1), on
+        one server (which server a group spans is then not asked)."""
+        return cls(*(sizes.get(a, 1) for a in ("dp", "tp", "pp", "ep")))
+
     @property
     def devices(self) -> int:
         return self.dp * self.tp * self.pp
@@ -58,6 +76,11 @@ class RankMesh:
         shape = self.shape
         inner = COORDINATES[COORDINATES.index(coordinate) + 1 :]
         return prod(shape[c] for c in inner)
+
+    def axis_stride(self, axis: str) -> int:
+        """Ranks between neighbours along a communicator's axis, its innermost
+        coordinate's stride: dp tp (ep is dp's innermost part), pp dp * tp."""
+        return self.stride(AXES[axis][-1])
 
     def size(self, axes: str | tuple[str, ...]) -> int:
         """Ranks in one group over `axes` (an axis name or a tuple of them)."""
@@ -81,6 +104,15 @@ class RankMesh:
             step = self.stride(c)
             offsets = [o + i * step for o in offsets for i in range(self.shape[c])]
         return tuple(sorted(base + o for o in offsets))
+
+    def replicas(self, split) -> int:
+        """How many devices of a stage hold the same slice of a tensor split so."""
+        return self.size(replica_axes(split))
+
+    def replica_group(self, split, rank: int) -> tuple[int, ...]:
+        """The ranks holding the same slice as `rank` of a tensor split so, in rank
+        order: a parameter's mirror group, and the parallel optimizer's."""
+        return self.group(replica_axes(split), rank)
 
     def groups(self, axes: str | tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """Every group over `axes`, by first rank."""
@@ -119,6 +151,7 @@ class RankMesh:
         return {a: [list(g) for g in self.groups(a)] for a in axes}
 
 
+@cache
 def _coordinates(axes: str | tuple[str, ...]) -> tuple[str, ...]:
     names = (axes,) if isinstance(axes, str) else axes
     varied = {c for a in names for c in AXES[a]}

@@ -4,9 +4,13 @@ A layout is MindSpore's JSON form (parallel/_parallel_serialization.py, as
 msgen.emit.strategy writes it and AutoParallel.save_param_strategy_file does):
 `dev_matrix` is the stage's devices as a matrix, its ranks numbered row-major over it;
 `tensor_map[d]` names the device dim that splits tensor dim d, counted from the right
-(-1: not split). With the parallel optimizer, `opt_weight_shard_size` ranks whose
-in-stage numbers are `opt_weight_shard_step` apart further split dim 0, a rank taking
-the chunk of its place in that group (operator_info.cc, CreateGroupForOptShard).
+(-1: not split). With the parallel optimizer, the ranks holding the same slice (those
+differing only along the device dims no tensor dim maps to) further split dim 0 in
+groups of `opt_weight_shard_size` (-1: all of them), a rank taking the chunk of its
+place in its group in rank order (operator_info.cc, CreateGroupForOptShard; its
+`opt_weight_shard_step` is no stride when the group is not evenly spaced, so it is
+not read here: MindSpore's own reader goes by the device matrix too,
+parallel/_tensor.py _construct_tensor_layout_helper).
 
 Pure numpy; MindSpore's transform_checkpoints is what the tests hold these against.
 """
@@ -37,9 +41,16 @@ def _cuts(shape, layout: dict, local_rank: int) -> list[tuple[int, int, int]]:
         if mapped >= 0:
             axis = len(matrix) - 1 - mapped
             cuts.append((dim, matrix[axis], int(coords[axis])))
-    size, step = layout.get("opt_weight_shard_size", 0), layout.get("opt_weight_shard_step", 0)
-    if size > 0:
-        cuts.append((0, size, local_rank // max(step, 1) % size))
+    size = layout.get("opt_weight_shard_size", 0)
+    if size != 0:
+        used = {len(matrix) - 1 - m for m in layout["tensor_map"] if m >= 0}
+        repeated = [axis for axis in range(len(matrix)) if axis not in used]
+        place = 0  # the rank's place, in rank order, among the ranks holding its slice
+        for axis in repeated:
+            place = place * matrix[axis] + int(coords[axis])
+        if size == -1:
+            size = prod(matrix[axis] for axis in repeated)
+        cuts.append((0, size, place % size))
     return cuts
 
 

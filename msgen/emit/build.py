@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from msgen.analysis.facts import OpFacts
 from msgen.analysis.gradients import gradient_sources
+from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.estimate.flops import step_flops
@@ -209,6 +210,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
     )
     fusion, layer_fusion = fusion_tables(plan)
     budget, _ = budget_of(spec)
+    mesh = RankMesh.of(spec)
     return ModelContext(
         name=spec.model.name,
         spec_path=spec_path,
@@ -220,6 +222,8 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         dp=spec.mesh.dp,
         tp=spec.mesh.tp,
         pp=spec.mesh.pp,
+        dp_stride=mesh.axis_stride("dp"),
+        pp_stride=mesh.axis_stride("pp"),
         micro_batches=spec.micro_batches,
         # interleaved(chunks = 1) is plain 1F1B; so is any schedule when pp = 1
         schedule=(

@@ -133,6 +133,10 @@ class ModelContext:
     dp: int
     tp: int
     pp: int
+    # ranks between neighbours along dp and along the pipeline, as the mesh's owner
+    # (msgen/analysis/mesh.py) orders the ranks: train.py reads them, not the formula
+    dp_stride: int
+    pp_stride: int
     micro_batches: int
     schedule: str  # 1f1b | gpipe | interleaved
     layers: tuple[LayerSpec, ...]

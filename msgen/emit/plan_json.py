@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from msgen.analysis.facts import context
+from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan, Repeat
 from msgen.ops.base import split_factor
@@ -76,10 +77,16 @@ def layer_json(plan: Plan, rep: Repeat) -> dict:
     return {"repeat": rep.op, "count": rep.count, "placement": placement}
 
 
-def layer_params_json(plan: Plan) -> list[dict]:
+def gradient_from(sources: dict[str, str], pattern: str) -> dict:
+    """An entry's `gradient_from`: where the step reads its gradient (msgen/analysis/
+    gradients.py), when the step reads it from a mirror or a buffer at all."""
+    return {"gradient_from": sources[pattern]} if sources else {}
+
+
+def layer_params_json(plan: Plan, sources: dict[str, str]) -> list[dict]:
     """Parameters of repeated layers as runs: copies first .. end - 1 of `layer`,
-    each with the parameter `name` (path `layer.<copy>.name`) on one stage and with
-    one fusion id."""
+    each with the parameter `name` (path `layer.<copy>.name`) on one stage, with
+    one fusion id and one gradient source."""
     return [
         {
             "layer": run.layer,
@@ -90,6 +97,7 @@ def layer_params_json(plan: Plan) -> list[dict]:
             "stages": [run.stage],
             "fusion_id": run.fusion_id,
         }
+        | gradient_from(sources, f"{run.layer}.*.{run.name}")
         for rep in plan.repeats
         for run in plan.layer_runs(rep)
     ]
@@ -114,6 +122,7 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
     spec = plan.spec
     mesh = RankMesh.of(spec)
     groups = mesh.listed()
+    sources = dict(gradient_sources(plan))
     doc = {
         "model": spec.model.name,
         "spec": spec_path,
@@ -150,9 +159,10 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
                 "stages": list(e.stages),
                 "fusion_id": e.fusion_id,
             }
+            | gradient_from(sources, e.path)
             for e in plan.network_entries()
         ],
-        "layer_params": layer_params_json(plan),
+        "layer_params": layer_params_json(plan, sources),
         "estimate": estimate,
     }
     text = json.dumps(doc, indent=2)

@@ -13,12 +13,14 @@ its device matrix is `[dp, tp]`; a tensor dim split over tp maps to device dim 0
 count from the right), over dp to 1, unsplit to -1. The optimizer moments
 (`adam_m.*`, `adam_v.*`) and, when a step accumulates micro-batches, the
 `accu_grads.*` buffers are clones of their weight and are laid out as it is. With the
-parallel optimizer (zero > 0) a weight of at least HSDP_THRESHOLD_KB whose dim 0 is
-not split over dp is further split along dim 0 over the ranks holding the same slice
-(hsdp's default `threshold=64`, parallel/auto_parallel.py; the group's size and rank
-stride are the `opt_weight_shard_size` and `opt_weight_shard_step` of
-operator_info.cc's CreateGroupForOptShard), the stride read from plan.json's groups
-(the dp group's for a dense weight, the edp group's for experts).
+parallel optimizer (zero > 0) a weight is further split along dim 0 over all the
+ranks of its stage holding the same slice, when it passes hsdp's threshold and its
+slice's first dim divides (msgen/analysis/optimizer_shard.py, from MindSpore's
+source): `opt_weight_shard_size` is that group's size and `opt_weight_shard_step` the
+stride operator_info.cc's CreateGroupForOptShard records for it. A real run's file
+records the size as -1, the `optimizer_weight_shard_size` train.py leaves at "the
+whole group", which MindSpore's readers resolve to that same size
+(parallel/_tensor.py, _extract_layout_item); this file writes the number.
 
 The experts of a `moe` op are split over ep on their first dim, ep inside dp in
 Megatron-LM's order (tp innermost, then ep; msgen/analysis/mesh.py): the capacity
@@ -26,16 +28,18 @@ path's batched matmuls and the dropless Morph region lay them by Layouts over th
 stage's devices `[dp / ep, ep, tp]` (msgen/ops/moe.py, templates/ops/moe*.py.j2),
 so their device matrix is that one (rank `(edp_index * ep + ep_index) * tp +
 tp_index`, the same ranks as the stage's `[dp, tp]`), ep mapping to device dim 1 and
-tp to 0; the parallel optimizer shards them over the dp / ep ranks that hold the
-same experts, ep * tp apart.
+tp to 0; the parallel optimizer shards them over the ranks that hold the same
+experts: dp / ep of them, ep * tp apart, with a capacity (ffn over tp); dp / ep * tp
+dropless (whole over tp).
 """
 
 from __future__ import annotations
 
 import json
-from math import prod
 
-HSDP_THRESHOLD_KB = 64
+from msgen.analysis.mesh import RankMesh
+from msgen.analysis.optimizer_shard import shard_size, shard_step
+
 _DEVICE_DIM = {"tp": 0, "dp": 1, "1": -1}
 _EXPERT_DEVICE_DIM = {"tp": 0, "ep": 1, "1": -1}
 _BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -57,32 +61,23 @@ def _parameters(doc: dict) -> list[dict]:
     return out
 
 
-def _layout(param: dict, doc: dict) -> dict:
-    mesh = doc["mesh"]
-    dp, tp, ep = mesh["dp"], mesh["tp"], mesh.get("ep", 1)
+def _layout(param: dict, doc: dict, mesh: RankMesh) -> dict:
     expert = "ep" in param["split"]
     dims = _EXPERT_DEVICE_DIM if expert else _DEVICE_DIM
     if any(axis not in dims for axis in param["split"]):
         raise Unsupported(f"{param['path']} is split {param['split']}")
-    tensor_map = [dims[axis] for axis in param["split"]]
-    sizes = {"tp": tp, "dp": dp, "ep": ep}
-    local = [n // sizes.get(a, 1) for n, a in zip(param["shape"], param["split"])]
-    # the ranks holding the same slice: dp / ep of them for experts, dp otherwise
-    replicas = dp // ep if expert else 1 if "dp" in param["split"] else dp
-    shard_size = shard_step = 0
+    split = tuple(() if axis == "1" else (axis,) for axis in param["split"])
     dtype_bytes = _BYTES.get(doc["estimate"]["dtypes"]["weights"], 4)
-    big = prod(param["shape"]) * dtype_bytes >= HSDP_THRESHOLD_KB * 1024
-    if doc["estimate"]["zero"] > 0 and replicas > 1 and big and local[0] % replicas == 0:
-        first = doc["groups"]["edp" if expert else "dp"][0]  # the replicas of rank 0
-        shard_size, shard_step = replicas, first[1] - first[0]
+    shards = shard_size(tuple(param["shape"]), split, mesh, dtype_bytes, doc["estimate"]["zero"])
+    dp, tp, ep = mesh.dp, mesh.tp, mesh.ep
     return {
         "dev_matrix": [dp // ep, ep, tp] if expert else [dp, tp],
-        "tensor_map": tensor_map,
+        "tensor_map": [dims[axis] for axis in param["split"]],
         "param_split_shape": [],
         "indices_offset": [],
         "field": 0,
-        "opt_weight_shard_step": shard_step,
-        "opt_weight_shard_size": shard_size,
+        "opt_weight_shard_step": shard_step(split, mesh) if shards > 1 else 0,
+        "opt_weight_shard_size": shards if shards > 1 else 0,
     }
 
 
@@ -90,10 +85,12 @@ def strategy_files(doc: dict) -> dict[str, str]:
     """`strategy/stage_<s>.json` for each pipeline stage of a semi-auto plan.json."""
     accumulates = doc["mesh"]["pp"] > 1 or doc["micro_batches"] > 1
     prefixes = ("", "adam_m.", "adam_v.") + (("accu_grads.",) if accumulates else ())
+    m = doc["mesh"]
+    mesh = RankMesh(m["dp"], m["tp"], m["pp"], m.get("ep", 1), doc.get("per_node", 1))
     files = {}
     for stage in range(doc["mesh"]["pp"]):
         layouts = {
-            prefix + p["path"]: _layout(p, doc)
+            prefix + p["path"]: _layout(p, doc, mesh)
             for p in _parameters(doc)
             if stage in p["stages"]
             for prefix in prefixes

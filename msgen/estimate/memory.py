@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, prod
 
+from msgen.analysis.mesh import RankMesh
+from msgen.analysis.optimizer_shard import shard_size
 from msgen.analysis.plan import Plan
 from msgen.estimate.activations import (
     layer_activation_bytes,
@@ -32,7 +34,6 @@ from msgen.ops.base import Param
 
 GiB = 2**30
 MiB = 2**20
-HSDP_THRESHOLD = 65536  # bytes: hsdp leaves a parameter slice smaller than this whole
 ADAM_STATE_BYTES = 8  # m and v, fp32
 HCCL_BUFFER = 200 * MiB  # HCCL_BUFFSIZE's default; each communicator takes two
 HEADROOM = Fraction(1, 10)  # MindSpore's peak with fragments is about 10% above the used peak
@@ -92,45 +93,56 @@ def param_states(
     """Weights, gradients, accumulation buffer and optimizer states of `params` on one
     device, as MindSpore's parallel optimizer (hsdp level `zero`) lays them out.
 
-    Every level stores a 1/dp slice of each weight (its first dim) and slices the
-    optimizer states and master copy alike (`hsdp`, mindspore/parallel/auto_parallel.py).
-    Levels 1 and 2 keep each weight's forward AllGather until backward (level 3 gathers
-    again before backward "to release the memory used by the forward pass allgather"),
-    so they hold the whole weight beside the slice. The AllGather's backward is a
-    ReduceScatter (ops/_grad_experimental/grad_comm_ops.py, get_bprop_all_gather and
-    the micro-step variants), so at every level the optimizer receives the gradient's
-    slice. Level 2 is level 1 with `gradient_accumulation_shard`: only the accumulation
-    buffer is sliced; level 3 turns that off again (set_parallel_optimizer_config in
-    mindspore/parallel/_auto_parallel_context.py). A slice under hsdp's 64 KiB
-    threshold, or whose first dim dp does not divide, stays whole.
-
-    A parameter split over ep (the experts' weights) is replicated over the expert
-    data-parallel group only, dp / ep ranks (ep is carved out of dp, as Megatron-LM's
-    expert data parallelism): its ZeRO slices are over dp / ep.
+    Every level stores a slice of each weight (its first dim) and slices the optimizer
+    states and master copy alike (`hsdp`, mindspore/parallel/auto_parallel.py), over
+    the devices of the stage holding the same model-parallel slice: dp of them for a
+    weight split over tp, dp · tp for one whole over tp, dp / ep (· tp when whole over
+    it) for experts; a parameter under hsdp's 64 KB threshold, or whose slice's first
+    dim that count does not divide, stays whole (msgen/analysis/optimizer_shard.py
+    cites MindSpore's source). Levels 1 and 2 keep each weight's forward AllGather
+    until backward (level 3 gathers again before backward "to release the memory used
+    by the forward pass allgather"), so they hold the whole weight beside the slice.
+    The AllGather's backward is a ReduceScatter (ops/_grad_experimental/
+    grad_comm_ops.py, get_bprop_all_gather and the micro-step variants), so at every
+    level the optimizer receives the gradient's slice. Level 2 is level 1 with
+    `gradient_accumulation_shard`: only the accumulation buffer is sliced; level 3
+    turns that off again (set_parallel_optimizer_config in
+    mindspore/parallel/_auto_parallel_context.py).
     """
-    total = NO_STATES
-    for p in params:
-        expert = any("ep" in axes for axes in p.split)
-        dp = sizes.get("dp", 1) // (sizes.get("ep", 1) if expert else 1)
-        dims = slice_shape(p.shape, p.split, sizes)
-        n = prod(dims)
-        sharded = (
-            zero >= 1
-            and dp > 1
-            and n * prec.weight >= HSDP_THRESHOLD
-            and len(dims) > 0
-            and dims[0] % dp == 0
-        )
-        part = n // dp if sharded else n
-        gathered = n if sharded and zero < 3 else 0
-        total += ModelStates(
-            params=n,
-            weights=(part + gathered) * prec.weight,
-            grads=part * prec.grad,
-            accumulation=(part if zero == 2 else n) * prec.grad,
-            optimizer=part * (prec.master + prec.optimizer),
-        )
-    return total
+    return held_states([(p, 1) for p in params], sizes, prec, zero)
+
+
+def held_states(
+    held: list[tuple[Param, int]], sizes: dict[str, int], prec: Precision, zero: int
+) -> ModelStates:
+    """param_states of parameters each held `n` times (`(param, n)`, stage_params)."""
+    mesh = RankMesh.of_sizes(sizes)
+    params = weights = grads = accumulation = optimizer = 0
+    for p, copies in held:
+        n = prod(slice_shape(p.shape, p.split, sizes))
+        shards = shard_size(p.shape, p.split, mesh, prec.weight, zero)
+        part = n // shards
+        gathered = n if shards > 1 and zero < 3 else 0
+        params += n * copies
+        weights += (part + gathered) * prec.weight * copies
+        grads += part * prec.grad * copies
+        accumulation += (part if zero == 2 else n) * prec.grad * copies
+        optimizer += part * (prec.master + prec.optimizer) * copies
+    return ModelStates(params, weights, grads, accumulation, optimizer)
+
+
+def stage_params(plan: Plan) -> list[list[tuple[Param, int]]]:
+    """The parameters a device of each stage holds, each with its number of copies
+    there: a repeated layer's once per copy on the stage, a network op's on each
+    stage that runs it."""
+    held: list[list[tuple[Param, int]]] = [[] for _ in range(plan.stages)]
+    for op, p in plan.network_params():
+        for stage in plan.network_param_stages(op):
+            held[stage].append((p, 1))
+    for stage in range(plan.stages):
+        for layer, n in plan.copies_on_stage(stage).items():
+            held[stage].extend((p, n) for _, p in plan.layer_params(layer))
+    return held
 
 
 # activations ------------------------------------------------------------------
@@ -282,31 +294,22 @@ def estimate(plan: Plan) -> Estimate:
     budget, source = budget_of(spec)
     per_copy = {
         r.layer: (
-            param_states([p for _, p in plan.layer_params(r.layer)], sizes, prec, zero),
             layer_activation_bytes(plan.graph(r.layer), spec.recompute.get(r.layer), sizes),
             recompute_working_bytes(plan.graph(r.layer), spec.recompute.get(r.layer), sizes),
         )
         for r in plan.repeats
     }
-    network_params: dict[str, list[Param]] = {}
-    for op, p in plan.network_params():
-        network_params.setdefault(op, []).append(p)
-    network_states = [NO_STATES] * plan.stages
-    for op, params in network_params.items():
-        states = param_states(params, sizes, prec, zero)
-        for stage in plan.network_param_stages(op):
-            network_states[stage] += states
+    held = stage_params(plan)
     others, logits, freed = network_saves(plan, sizes)
     accumulate = spec.micro_batches > 1
     hccl = hccl_bytes(spec)
     stages = []
     for stage in range(plan.stages):
         copies = plan.copies_on_stage(stage)
-        states = network_states[stage]
+        states = held_states(held[stage], sizes, prec, zero)
         kinds = []
         for layer, n in copies.items():
-            layer_states, act, working = per_copy[layer]
-            states += layer_states * n
+            act, working = per_copy[layer]
             label = recompute_label(spec.recompute.get(layer))
             kinds.append(LayerKind(layer, n, label, act, working))
         layers = sum(copies.values())

@@ -86,29 +86,34 @@ def breakdown(stage: StageMemory) -> str:
 
 def row_notes(est: Estimate, stage: StageMemory) -> dict[str, str]:
     prec, mesh, zero = est.precision, est.mesh, est.zero
-    dp = mesh["dp"]
+    # the parallel optimizer splits each weight over the devices of its stage holding
+    # the same slice (msgen/analysis/optimizer_shard.py): dp of them for a weight split
+    # over tp, dp x tp for one whole, fewer for experts
+    replicated = mesh["dp"] * mesh["tp"] > 1
+    split = "split over the devices holding each slice"
 
-    def over_dp(level: int) -> str:
-        return f", / dp {dp} (zero {zero})" if zero >= level and dp > 1 else ""
+    def over_replicas(level: int) -> str:
+        return f", {split} (zero {zero})" if zero >= level and replicated else ""
 
     gathered = (
-        f", a 1/{dp} slice + the whole, all-gathered from forward until backward (zero {zero})"
-        if 0 < zero < 3 and dp > 1
-        else over_dp(3)
+        f", a share of each slice + the whole, all-gathered from forward until backward"
+        f" (zero {zero})"
+        if 0 < zero < 3 and replicated
+        else over_replicas(3)
     )
-    sliced_buffer = f", / dp {dp} (zero 2)" if zero == 2 and dp > 1 else ""
+    sliced_buffer = f", {split} (zero 2)" if zero == 2 and replicated else ""
 
     master = f" + {prec.master_dtype} master copy" if prec.master_dtype else ""
     axes = [a for a, n in mesh.items() if n > 1]
     return {
         "weights_bytes": f"{prec.weight_dtype}{gathered}",
-        "grads_bytes": f"{prec.grad_dtype}{over_dp(1)}",
+        "grads_bytes": f"{prec.grad_dtype}{over_replicas(1)}",
         "accumulation_bytes": (
             f"the gradients' size{sliced_buffer}, for {est.micro_batches} micro-batches"
             if stage.accumulation_bytes
             else "none: one micro-batch per step"
         ),
-        "optimizer_bytes": f"Adam m, v fp32{master}{over_dp(1)}",
+        "optimizer_bytes": f"Adam m, v fp32{master}{over_replicas(1)}",
         "activations_bytes": activation_note(stage),
         "other_activations_bytes": "saved by the network's ops outside the repeated layers",
         "logits_bytes": "the loss's working set (fp32 logits)" if stage.logits_bytes else "",

@@ -17,9 +17,10 @@ tier the sends between a stage and its neighbours use.
 
 A stage's work is its micro-batches' time; the slowest stage sets the pace,
 the schedule adds its bubble ((p - 1)/m of that, divided by the chunks when
-interleaved), and after the last backward come the data-parallel gradient
-reduction (the device's `dp_overlap` share hidden behind that backward, ZeRO's
-weight gathers not) and the optimizer step, memory-bound. Step time is the
+interleaved), and after the last backward come the gradient reductions, each
+parameter's over the devices of its stage holding the same slice, on the tier that
+group spans (the device's `dp_overlap` share hidden behind that backward, ZeRO's
+weight gathers not), and the optimizer step, memory-bound. Step time is the
 latest stage to finish. Every term is kept, so a report can show why.
 """
 
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from math import prod
 
 from msgen.analysis.facts import OpFacts, context
-from msgen.analysis.mesh import RankMesh
+from msgen.analysis.mesh import RankMesh, replica_axes
+from msgen.analysis.optimizer_shard import shard_size
 from msgen.analysis.plan import Plan
 from msgen.estimate.flops import (
     StepFlops,
@@ -40,7 +42,7 @@ from msgen.estimate.flops import (
     step_flops,
     tokens_per_step,
 )
-from msgen.estimate.memory import Estimate, precision, slice_shape
+from msgen.estimate.memory import Estimate, precision, slice_shape, stage_params
 from msgen.ir.devices import Device, Link
 from msgen.ir.fieldwise import Fieldwise
 from msgen.ir.models import Spec
@@ -332,10 +334,10 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
     slowest = max(work)
     bubble = bubble_fraction(plan) * slowest
     prec = precision(spec)
+    held = stage_params(plan)
     stages = []
     for stage, ((cost, hidden, pp), mine) in enumerate(zip(parts, work, strict=True)):
-        mem = est.stages[stage]
-        dp_total, dp_gathers = dp_comm(mem.params, prec, spec.train.zero, m, machine)
+        dp_total, dp_gathers = dp_comm(held[stage], prec, spec.train.zero, m, machine)
         last_backward = cost.backward.compute + cost.recompute.compute
         dp_hidden = min(dp_total * cal.dp_overlap, last_backward)
         stages.append(
@@ -351,7 +353,7 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
                 idle_s=slowest - mine,
                 dp_comm_s=dp_total - dp_hidden + dp_gathers,
                 dp_comm_hidden_s=dp_hidden,
-                optimizer_s=optimizer_time(mem.params, spec, machine),
+                optimizer_s=optimizer_time(held[stage], spec, machine),
             )
         )
     flops = step_flops(plan)
@@ -375,35 +377,50 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
     )
 
 
-def dp_comm(params: int, prec, zero: int, micro_batches: int, machine: Machine):
+def held_params(held, prec, zero: int, machine: Machine):
+    """(elements on a device, parallel optimizer shards, replica axes) of each of a
+    stage's parameters (memory.stage_params), its copies counted in the elements."""
+    for p, n in held:
+        yield (
+            prod(slice_shape(p.shape, p.split, machine.sizes)) * n,
+            shard_size(p.shape, p.split, machine.mesh, prec.weight, zero),
+            replica_axes(p.split),
+        )
+
+
+def dp_comm(held, prec, zero: int, micro_batches: int, machine: Machine):
     """(gradient reduction, ZeRO's weight gathers) in seconds for one device of a
-    stage holding `params` elements: zero 0 all-reduces the gradients; zero >= 1
-    reduce-scatters them and all-gathers the updated weights; zero 3 also
-    gathers the weights for every micro-batch's forward and backward."""
-    dp = machine.sizes["dp"]
-    if dp == 1:
-        return 0.0, 0.0
-    grads = Collective("AllReduce" if zero == 0 else "ReduceScatter", ("dp",), params, "grads")
-    reduce = machine.axes_time(grads, params * prec.grad)
-    if zero == 0:
-        return reduce, 0.0
-    gather = Collective("AllGather", ("dp",), params, "weights")
-    weights = machine.axes_time(gather, params * prec.weight)
-    if zero >= 3:
-        weights += 2 * micro_batches * machine.axes_time(gather, params * prec.weight)
-    return reduce, weights
+    stage holding the parameters `held`. Each gradient is reduced over the devices of
+    the stage holding the same slice (its mirror's group: dp for a weight split over
+    tp, dp · tp for one whole over tp, dp / ep for experts and dp / ep · tp for experts
+    whole over tp), on the link that group spans: all-reduced, or, where the parallel
+    optimizer splits the parameter, reduce-scattered and the updated weights
+    all-gathered back; zero 3 also gathers them for every micro-batch's forward and
+    backward."""
+    groups: dict[tuple[tuple[str, ...], bool], int] = {}
+    for elements, shards, axes in held_params(held, prec, zero, machine):
+        if machine.mesh.size(axes) > 1:
+            groups[axes, shards > 1] = groups.get((axes, shards > 1), 0) + elements
+    reduce = gathers = 0.0
+    for (axes, sharded), n in groups.items():
+        kind = "ReduceScatter" if sharded else "AllReduce"
+        reduce += machine.axes_time(Collective(kind, axes, n, "grads"), n * prec.grad)
+        if sharded:
+            gather = machine.axes_time(Collective("AllGather", axes, n, "weights"), n * prec.weight)
+            gathers += gather * (1 + 2 * micro_batches if zero >= 3 else 1)
+    return reduce, gathers
 
 
-def optimizer_time(params: int, spec: Spec, machine: Machine) -> float:
-    """The optimizer step over this device's share of the parameters (1/dp of them
-    under ZeRO), memory-bound: with a loss scale, unscale the gradients and check
-    them for overflow (read and write); with clipping, read them for the norm;
-    Adam reads the gradients and reads and writes the master copy (or the
-    weights) and m, v; a master copy is then cast to the weights; the gradients
-    are zeroed for the next step."""
+def optimizer_time(held, spec: Spec, machine: Machine) -> float:
+    """The optimizer step over this device's share of the parameters `held` (the
+    parallel optimizer's slice of each it splits), memory-bound: with a loss scale,
+    unscale the gradients and check them for overflow (read and write); with
+    clipping, read them for the norm; Adam reads the gradients and reads and writes
+    the master copy (or the weights) and m, v; a master copy is then cast to the
+    weights; the gradients are zeroed for the next step."""
     prec = precision(spec)
-    dp = machine.sizes["dp"]
-    share = params / dp if spec.train.zero >= 1 else params
+    zero = spec.train.zero
+    share = sum(n // shards for n, shards, _ in held_params(held, prec, zero, machine))
     master = prec.master or prec.weight
     per_param = prec.grad + 2 * (master + prec.optimizer) + prec.grad  # Adam, then zeroing
     if spec.loss_scale != LossScale.NONE:

@@ -87,7 +87,7 @@ class OpChange(_Data):
 
 class ParamChange(_Data):
     params: list[str] = Field(description="paths; LAYER.*.OP.NAME for a repeated layer's")
-    aspect: Literal["param", "copies", "shape", "split", "stages", "fusion_id"]
+    aspect: Literal["param", "copies", "shape", "split", "stages", "fusion_id", "gradient_from"]
     old: str | None = Field(description="for a layer's parameters: the value, or runs of copies")
     new: str | None
 

@@ -13,7 +13,7 @@ from msgen.review.model import OpChange, ParamChange
 from msgen.review.settings import show
 
 OP_ASPECTS = ("call", "strategy", "collectives", "recompute")
-PARAM_ASPECTS = ("shape", "split", "stages", "fusion_id")
+PARAM_ASPECTS = ("shape", "split", "stages", "fusion_id", "gradient_from")
 LAYER = "(layer)"  # the op name of a layer's own recompute mark
 
 
@@ -99,6 +99,8 @@ def _param(entry: dict) -> dict[str, str]:
         "split": _list(entry["split"]),
         "stages": _list(entry["stages"]),
         "fusion_id": str(entry["fusion_id"]),
+        # "none": the step reads no mirror or buffer (one micro-batch, or data parallel)
+        "gradient_from": entry.get("gradient_from", "none"),
     }
 
 
