@@ -109,17 +109,26 @@ def test_the_llama13b_rehearsal_runs(rehearsals, tmp_path):
 
 
 def test_fp32_comes_once_the_dims_are_small_when_the_full_dims_do_not_fit_it():
-    """specs/validation/mixtral_8x7b.msl on dp 2 x tp 2 x pp 8 with ep 2 (bf16, its
-    dropless experts whole over tp) fits its budget (57.82 GiB at most, the recomputed
-    layer's working memory included) and does not in fp32 at its full dims (59.34
-    GiB); its rehearsal computes in fp32 all the same (the CPU has no bf16 MatMul),
-    chosen once the dims are small."""
+    """specs/validation/mixtral_8x7b.msl at its own layout (dp 8 x pp 4, ep 8) with a
+    budget between its bf16 peak and its fp32 peak at full dims (set from the two
+    estimates, so that any change to the memory model keeps the case): it fits in
+    bf16 and not in fp32; its rehearsal computes in fp32 all the same (the CPU has no
+    bf16 MatMul), chosen once the dims are small."""
+    from msgen.analysis.plan import Plan
     from msgen.commands.rehearsal import rehearsal_sets
     from msgen.compiler import analyze
+    from msgen.estimate.memory import estimate
 
     spec = SPECS["tiny"].parents[1] / "specs" / "validation" / "mixtral_8x7b.msl"
-    mesh = ["mesh.dp=2", "mesh.tp=2", "mesh.pp=8", "mesh.ep=2", "pipeline.micro_batches=32"]
     fp32 = ["model.dtype=fp32", "model.param_dtype=fp32"]
+
+    def peak(sets):
+        result = analyze(spec, sets)
+        return estimate(Plan(result.spec, result.facts)).peak.total_bytes
+
+    low, high = peak([]), peak(fp32)
+    assert low < high
+    mesh = [f"budget.device_memory={(low + high) // 2 // 2**20} MiB"]
     assert analyze(spec, mesh).ok and not analyze(spec, mesh + fp32).ok
     sets, changes = rehearsal_sets(spec, mesh)
     assert set(fp32) <= set(sets) and changes[0].startswith("dtype bf16 → fp32")
