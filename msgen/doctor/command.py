@@ -14,6 +14,7 @@ from pathlib import Path
 from msgen import hostinfo
 from msgen.analysis.mesh import RankMesh
 from msgen.commands.status import UsageError, estimable
+from msgen.diagnostics import printable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import TIMEOUT_S, Tools
@@ -113,12 +114,14 @@ def summary(checks: list[Check]) -> str:
 
 
 def render_text(title: str, checks: list[Check]) -> str:
+    """The checks for a terminal: what they quote of the host (paths, tools' words,
+    variables) printably, whatever a check forgot."""
     width = max((len(c.topic) for c in checks), default=0)
-    lines = [title]
+    lines = [printable(title)]
     for c in checks:
-        lines.append(f"  {c.status.value:<8} {c.topic:<{width}}  {c.message}")
+        lines.append(f"  {c.status.value:<8} {c.topic:<{width}}  {printable(c.message)}")
         if c.fix and c.status in (Status.ERROR, Status.WARNING):
-            lines.append(f"  {'':<8} {'':<{width}}  fix: {c.fix}")
+            lines.append(f"  {'':<8} {'':<{width}}  fix: {printable(c.fix)}")
     lines.append(summary(checks))
     return "\n".join(lines) + "\n"
 
