@@ -15,10 +15,17 @@ from msgen.commands.tree import (
     NotOurs,
     OtherSpec,
     diff_tree,
+    recorded_sets,
     write_tree,
 )
 from msgen.compiler import display_path
+from msgen.diagnostics import printable
 from msgen.emit import emit, notes
+
+
+def flags(sets: tuple[str, ...]) -> str:
+    """`--set a=1 --set b=2`, printably, or `no --set`."""
+    return " ".join(f"--set {printable(s)}" for s in sets) or "no --set"
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,7 @@ class CompileOptions:
 def compile_command(result, options: CompileOptions) -> int:
     plan = build_plan(result.spec, result.facts)
     # headers name the spec relative to the current folder (result.file is its label)
-    files = emit(plan, display_path(options.spec))
+    files = emit(plan, display_path(options.spec), result.sets)
     out = options.output
     folder = out / result.spec.model.name
     label = (out / result.spec.model.name).as_posix()
@@ -41,6 +48,11 @@ def compile_command(result, options: CompileOptions) -> int:
         if diff:
             sys.stdout.write(diff)
             sys.stderr.write(f"msgen: {label} is stale; run `msgen compile` to update it\n")
+            recorded = recorded_sets(folder)
+            if recorded is not None and recorded != result.sets:
+                sys.stderr.write(f"  = hint: {label} was compiled with {flags(recorded)}; this "
+                                 f"check has {flags(result.sets)}: --check takes the flags the "
+                                 "tree was compiled with\n")  # fmt: skip
             return EXIT_STALE
         return EXIT_OK
     try:

@@ -93,6 +93,19 @@ def previous_manifest(folder: Path, force: bool = False) -> dict:
     return doc
 
 
+def recorded_sets(folder: Path) -> tuple[str, ...] | None:
+    """The --set flags the tree in `folder` records (a tree compiled before trees
+    recorded them: none); None when there is no manifest msgen wrote."""
+    try:
+        doc = previous_manifest(folder)
+    except DamagedManifest:
+        return None
+    sets = doc.get("set", []) if isinstance(doc, dict) else None
+    if not doc or not isinstance(sets, list):
+        return None
+    return tuple(s for s in sets if isinstance(s, str))
+
+
 def previous_files(folder: Path, force: bool = False) -> set[str]:
     """What the previous manifest lists (nothing when there is none)."""
     return set(previous_manifest(folder, force).get("files", {}))

@@ -85,3 +85,15 @@ def override_keys(overrides: list[str]) -> set[str]:
         block, _, key = path.partition(".")
         keys.add(f"{block}.{key.strip()}")
     return keys
+
+
+def recorded(overrides: list[str]) -> tuple[str, ...]:
+    """The overrides as a compiled tree records them: `BLOCK.KEY=VALUE` with the space
+    around the key and the value dropped, sorted (a key is given once, so their order
+    means nothing)."""
+    out = []
+    for text in overrides:
+        path, _, value = text.partition("=")
+        block, _, key = path.partition(".")
+        out.append(f"{block.strip()}.{key.strip()}={value.strip()}")
+    return tuple(sorted(out))
