@@ -14,8 +14,8 @@ from msgen.commands.tree import (
     InTheWay,
     NotOurs,
     OtherSpec,
+    compiled_record,
     diff_tree,
-    recorded_sets,
     write_tree,
 )
 from msgen.compiler import display_path
@@ -48,9 +48,9 @@ def compile_command(result, options: CompileOptions) -> int:
         if diff:
             sys.stdout.write(diff)
             sys.stderr.write(f"msgen: {label} is stale; run `msgen compile` to update it\n")
-            recorded = recorded_sets(folder)
-            if recorded is not None and recorded != result.sets:
-                sys.stderr.write(f"  = hint: {label} was compiled with {flags(recorded)}; this "
+            record = compiled_record(folder)
+            if record is not None and record.sets != result.sets:
+                sys.stderr.write(f"  = hint: {label} was compiled with {flags(record.sets)}; this "
                                  f"check has {flags(result.sets)}: --check takes the flags the "
                                  "tree was compiled with\n")  # fmt: skip
             return EXIT_STALE

@@ -93,17 +93,25 @@ def previous_manifest(folder: Path, force: bool = False) -> dict:
     return doc
 
 
-def recorded_sets(folder: Path) -> tuple[str, ...] | None:
-    """The --set flags the tree in `folder` records (a tree compiled before trees
-    recorded them: none); None when there is no manifest msgen wrote."""
+@dataclass(frozen=True)
+class Record:
+    """What a compiled tree's manifest says of how it was compiled."""
+
+    spec_sha256: str | None
+    sets: tuple[str, ...]  # its --set flags (a tree from before they were recorded: none)
+
+
+def compiled_record(folder: Path) -> Record | None:
+    """The record of the tree in `folder`; None when it holds no manifest msgen wrote."""
     try:
         doc = previous_manifest(folder)
     except DamagedManifest:
         return None
-    sets = doc.get("set", []) if isinstance(doc, dict) else None
-    if not doc or not isinstance(sets, list):
+    sets = doc.get("set", [])
+    if not doc or not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
         return None
-    return tuple(s for s in sets if isinstance(s, str))
+    sha = doc.get("spec_sha256")
+    return Record(sha if isinstance(sha, str) else None, tuple(sets))
 
 
 def previous_files(folder: Path, force: bool = False) -> set[str]:

@@ -16,6 +16,7 @@ from msgen.analysis.mesh import RankMesh
 from msgen.commands.status import UsageError, estimable
 from msgen.diagnostics import printable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
+from msgen.doctor.compiled import compiled_plan, default_tree
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import TIMEOUT_S, Tools
 
@@ -47,7 +48,11 @@ class Host:
 ASCEND_ONLY = ("cann", "driver", "paths", "npu", "hccn", "port")
 
 
-def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> list[Check]:
+def host_checks(
+    plan, est, options: DoctorOptions, node: int, host: Host, compiled: dict | None = None
+) -> list[Check]:
+    """`compiled`: the plan.json of the tree compiled from this spec with these --set
+    flags (its checkpoints are sized exactly), or None."""
     spec = plan.spec
     cluster, mesh = spec.cluster, RankMesh.of(spec)
     tools = Tools(host.environ, host.tool_timeout)
@@ -78,19 +83,26 @@ def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> lis
                 )
         found += network.hccl_port_checks(host.environ)
     found += network.master_checks(host.environ, cluster.nodes, cluster.master_port, node)
-    per_stage = [s.weights_bytes + s.optimizer_bytes for s in est.stages]
+    exact = storage.stage_checkpoint_bytes(compiled, spec.semi_auto) if compiled else None
+    per_stage = exact or [s.weights_bytes + s.optimizer_bytes for s in est.stages]
     one = storage.checkpoint_bytes(per_stage, mesh.server_ranks(node), mesh.stride("pp"))
     keep = spec.train.checkpoint.keep if spec.train.checkpoint else 1
-    tree = options.tree or Path("generated") / spec.model.name
-    found += storage.output_checks(options.output or tree / "output", one, keep)
+    tree = options.tree or default_tree(spec)
+    found += storage.output_checks(options.output or tree / "output", one, keep, bool(exact))
     files = [
         (role, p) for role, p in (("train", spec.train.data), ("valid", spec.train.valid)) if p
     ]
     vocab = spec.model.dims["vocab"]
     found += data.data_checks(tools, files, options.run_from or tree, vocab, spec.model.dims["seq"])
     meminfo = host.meminfo.read_text() if host.meminfo.is_file() else None
-    found += storage.memory_checks(meminfo, one)
+    found += storage.memory_checks(meminfo, one, bool(exact))
     return found
+
+
+def with_sets(sets: tuple[str, ...]) -> str:
+    """` with --set a=1 --set b=2` (the flags the checks applied), or ""."""
+    flags = "".join(f" --set {s}" for s in sets)
+    return f" with{flags}" if flags else ""
 
 
 def counts(checks: list[Check]) -> dict[str, int]:
@@ -162,12 +174,16 @@ def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> 
         node = None
     else:
         node = options.node if options.node is not None else network.find_node(nodes) or 0
-        checks = host_checks(plan, est, options, node, host)
-        title = f"msgen doctor: {options.spec}, node {node} ({nodes[node]}), {spec.cluster.per_node} devices"
+        compiled = compiled_plan(spec, result.sets, options.tree or default_tree(spec))
+        checks = host_checks(plan, est, options, node, host, compiled)
+        title = (f"msgen doctor: {options.spec}{with_sets(result.sets)}, node {node} ({nodes[node]}), "
+                 f"{spec.cluster.per_node} devices")  # fmt: skip
     if options.json:
         doc = {
             "spec": str(options.spec),
+            "set": list(result.sets),
             "node": node,
+            "devices": spec.cluster.per_node,
             "checks": [c.as_json() for c in checks],
             **counts(checks),
         }

@@ -45,7 +45,7 @@ class Unsupported(ValueError):
     """A layout the strategy file's JSON form cannot write (a dim split over two axes)."""
 
 
-def _parameters(doc: dict) -> list[dict]:
+def parameters(doc: dict) -> list[dict]:
     """plan.json's parameters one per path, each with its stages."""
     out = [{"path": p["path"], "shape": p["shape"], "split": p["split"], "stages": p["stages"]}
            for p in doc["params"]]  # fmt: skip
@@ -57,7 +57,8 @@ def _parameters(doc: dict) -> list[dict]:
     return out
 
 
-def _layout(param: dict, doc: dict) -> dict:
+def layout(param: dict, doc: dict) -> dict:
+    """The layout of `param` (one of `parameters(doc)`) in its stages' strategy file."""
     mesh = doc["mesh"]
     dp, tp, ep = mesh["dp"], mesh["tp"], mesh.get("ep", 1)
     expert = "ep" in param["split"]
@@ -93,8 +94,8 @@ def strategy_files(doc: dict) -> dict[str, str]:
     files = {}
     for stage in range(doc["mesh"]["pp"]):
         layouts = {
-            prefix + p["path"]: _layout(p, doc)
-            for p in _parameters(doc)
+            prefix + p["path"]: layout(p, doc)
+            for p in parameters(doc)
             if stage in p["stages"]
             for prefix in prefixes
         }

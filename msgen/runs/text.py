@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from msgen.diagnostics import printable
 from msgen.estimate.report import gib
 from msgen.estimate.time_report import seconds
 from msgen.runs.logs import spans
@@ -58,7 +59,8 @@ def render(report: RunReport) -> str:
     ]
     c = report.predicted
     if c is not None:
-        lines.append(f"predicted by {c.spec} on {c.devices} x {c.device}, against measured:")
+        flags = "".join(f" --set {printable(s)}" for s in c.set)
+        lines.append(f"predicted by {c.spec}{flags} on {c.devices} x {c.device}, against measured:")
         lines += [f"  note: {n}" for n in c.notes]
         lines.append(f"  {'':<24}{'predicted':>16}{'measured':>16}")
         rows = [
