@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -247,7 +248,6 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     """Each command of the section, as printed, in a folder holding a small LLaMA saved
     by transformers as `my-llama/`: the trained model comes back to transformers, and
     the run resharded for tp = 2 merges back into the run's own checkpoint."""
-    import shlex
     import subprocess
 
     hf_model("llama", tmp_path / "my-llama", torch.float32)
@@ -255,12 +255,12 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     assert [c.split()[:3] for c in commands][-2:] == [["msgen", "ckpt", "merge"],
                                                       ["msgen", "ckpt", "reshard"]]  # fmt: skip
     root = str(Path(__file__).resolve().parents[1])
+    # msgen and python of this environment (with this checkout's msgen) first on PATH
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     for command in commands:
-        argv = shlex.split(command)
-        program = {"msgen": [sys.executable, "-m", "msgen.cli"], "python": [sys.executable]}
         done = subprocess.run(
-            program[argv[0]] + argv[1:], cwd=tmp_path, capture_output=True, text=True,
-            timeout=900, env={**__import__("os").environ, "PYTHONPATH": root},
+            ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+            timeout=900, env={**os.environ, "PYTHONPATH": root, "PATH": path},
         )  # fmt: skip
         assert done.returncode == 0, (command, done.stderr[-3000:])
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "my-llama-trained")
