@@ -19,6 +19,7 @@ import pytest
 from msgen.cli import main
 from msgen.hf.tensors import encode, read_header, read_tensor
 from tests.oracles import require
+from tests.readme_sections import section_commands
 
 torch = require("torch")
 transformers = require("transformers")
@@ -237,10 +238,7 @@ def test_a_tensor_its_shard_does_not_hold_is_named(tmp_path):
 
 def readme_section_commands() -> list[str]:
     """The commands README's "Start from a Hugging Face model" prints, in order."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Start from a Hugging Face model")
-    section = readme[start : readme.index("\n## ", start + 1)]
-    return [line.strip() for line in section.splitlines() if line.startswith("    ")]
+    return section_commands("Start from a Hugging Face model")
 
 
 @pytest.mark.slow

@@ -12,17 +12,20 @@ that `--set cluster.per_node=2` changes the device count from 1 to 2 (dp 1 → 2
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
 import shutil
 import subprocess
-import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
+from msgen.cli import main
 from tests.doctor_fakes import TINY, VENV_BIN, FakeHost, free_port
+from tests.readme_sections import section_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 SET = ("--set", "cluster.per_node=2")
@@ -45,27 +48,41 @@ def env(**extra: str) -> dict[str, str]:
     return out
 
 
-def msgen(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "msgen.cli", *args], cwd=cwd, env=env(), capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+def msgen(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """`msgen ARGS` run from `cwd`, in this process: (status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        os.chdir(here)
+    return status, out.getvalue(), err.getvalue()
 
 
-@pytest.fixture
-def project(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
     """A project folder holding specs/one.msl, compiled as the README compiles:
     `msgen compile specs/one.msl -o generated/ --set cluster.per_node=2`."""
+    root = tmp_path_factory.mktemp("project")
     text = (ROOT / "tests" / "specs" / "tiny_dp.msl").read_text()
     for old, new in ONE_DEVICE:
         assert old in text, old
         text = text.replace(old, new)
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "one.msl").write_text(text)
-    done = msgen("compile", "specs/one.msl", "-o", "generated/", *SET, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    (tmp_path / "compile.err").write_text(done.stderr)
-    return tmp_path
+    (root / "specs").mkdir()
+    (root / "specs" / "one.msl").write_text(text)
+    status, _, err = msgen("compile", "specs/one.msl", "-o", "generated/", *SET, cwd=root)
+    assert status == 0, err
+    (root / "compile.err").write_text(err)
+    return root
+
+
+@pytest.fixture
+def project(compiled, tmp_path) -> Path:
+    """A copy of the compiled project this test may write in."""
+    shutil.copytree(compiled, tmp_path / "project")
+    return tmp_path / "project"
 
 
 def test_the_tree_records_the_flags_it_was_compiled_with(project):
@@ -89,13 +106,14 @@ def test_a_set_that_changes_the_devices_does_not_say_it_keeps_them(project):
 def test_check_takes_the_flags_the_tree_was_compiled_with(project):
     """--check is the compile it stands for, without writing: the same flags pass; the
     bare command would rewrite the tree, so it is stale, and the hint names the flags."""
-    same = msgen("compile", "specs/one.msl", "-o", "generated/", "--check", *SET, cwd=project)
-    assert same.returncode == 0, same.stdout[-2000:] + same.stderr
-    bare = msgen("compile", "specs/one.msl", "-o", "generated/", "--check", cwd=project)
-    assert bare.returncode == 3
+    status, out, err = msgen("compile", "specs/one.msl", "-o", "generated/", "--check", *SET,
+                             cwd=project)  # fmt: skip
+    assert status == 0, out[-2000:] + err
+    status, _, err = msgen("compile", "specs/one.msl", "-o", "generated/", "--check", cwd=project)
+    assert status == 3
     assert (
         "hint: generated/one was compiled with --set cluster.per_node=2; this check has no "
-        "--set" in bare.stderr
+        "--set" in err
     )
 
 
@@ -129,9 +147,9 @@ def test_doctor_sizes_the_checkpoint_from_the_tree_it_is_given(project):
     """doctor --tree (as the scripts call it) reads the flags and plan.json of the tree:
     2 devices, and the disk line is of exact checkpoints (2 ranks of the whole model,
     data parallel: 2 x 1.36 MiB, keep 3), not a bound."""
-    done = msgen("doctor", "specs/one.msl", "--tree", "generated/one", "--json",
-                 "--output", "out", cwd=project)  # fmt: skip
-    doc = json.loads(done.stdout)
+    _, out, _ = msgen("doctor", "specs/one.msl", "--tree", "generated/one", "--json",
+                      "--output", "out", cwd=project)  # fmt: skip
+    doc = json.loads(out)
     assert (doc["devices"], doc["set"]) == (2, ["cluster.per_node=2"])
     (disk,) = [c for c in doc["checks"] if c["topic"] == "disk"]
     assert "3 checkpoint(s) of 2.7 MiB" in disk["message"] and "at most" not in disk["message"]
@@ -165,8 +183,7 @@ def run_folder(project: Path, device_target: str) -> Path:
 
 def test_report_holds_the_run_against_the_compiled_plan(project):
     run_folder(project, "Ascend")
-    done = msgen("report", "output", "--json", cwd=project)
-    predicted = json.loads(done.stdout)["predicted"]
+    predicted = json.loads(msgen("report", "output", "--json", cwd=project)[1])["predicted"]
     assert (predicted["devices"], predicted["set"]) == (2, ["cluster.per_node=2"])
     assert not [n for n in predicted["notes"] if "the run had" in n], predicted["notes"]
     assert (predicted["run_device"], predicted["same_device"]) == ("Ascend", True)
@@ -174,12 +191,12 @@ def test_report_holds_the_run_against_the_compiled_plan(project):
 
 def test_report_says_a_cpu_run_is_held_against_an_ascend_prediction(project):
     run_folder(project, "CPU")
-    text = msgen("report", "output", cwd=project).stdout
+    text = msgen("report", "output", cwd=project)[1]
     assert (
         "note: the run ran on CPU, the prediction is for ascend910b (Ascend): the ratios "
         "below compare different devices" in text
     )
-    doc = json.loads(msgen("report", "output", "--json", cwd=project).stdout)["predicted"]
+    doc = json.loads(msgen("report", "output", "--json", cwd=project)[1])["predicted"]
     assert (doc["run_device"], doc["same_device"]) == ("CPU", False)
 
 
@@ -218,9 +235,7 @@ def test_the_readme_runs_train_py_from_its_tree(tmp_path):
     by bash with a stand-in python that records where it runs: in the tree's folder,
     where the spec's data paths resolve (docs/language.md), with --init-from and
     --output naming the folders the section's other commands write and read."""
-    from tests.test_ckpt_hf import readme_section_commands
-
-    (line,) = [c for c in readme_section_commands() if "train.py" in c]
+    (line,) = [c for c in section_commands("Start from a Hugging Face model") if "train.py" in c]
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").write_text('#!/bin/sh\npwd > "$RECORD"\nfor a in "$@"; do echo "$a"; done >> "$RECORD"\n')  # fmt: skip
@@ -261,7 +276,9 @@ def test_a_set_compile_launched_with_msrun_sh(project):
     assert "specs/one.msl with --set cluster.per_node=2, node 0 (127.0.0.1), 2 devices" in (
         done.stdout
     )
-    report = json.loads(msgen("report", "output", "--json", cwd=project).stdout)
+    status, out, err = msgen("report", "output", "--json", cwd=project)
+    assert status == 0, err[-2000:]
+    report = json.loads(out)
     assert report["world"] == 2
     predicted = report["predicted"]
     assert (predicted["devices"], predicted["set"]) == (2, ["cluster.per_node=2"])

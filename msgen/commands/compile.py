@@ -19,13 +19,8 @@ from msgen.commands.tree import (
     write_tree,
 )
 from msgen.compiler import display_path
-from msgen.diagnostics import printable
 from msgen.emit import emit, notes
-
-
-def flags(sets: tuple[str, ...]) -> str:
-    """`--set a=1 --set b=2`, printably, or `no --set`."""
-    return " ".join(f"--set {printable(s)}" for s in sets) or "no --set"
+from msgen.syntax.overrides import flags
 
 
 @dataclass(frozen=True)
@@ -50,9 +45,11 @@ def compile_command(result, options: CompileOptions) -> int:
             sys.stderr.write(f"msgen: {label} is stale; run `msgen compile` to update it\n")
             record = compiled_record(folder)
             if record is not None and record.sets != result.sets:
-                sys.stderr.write(f"  = hint: {label} was compiled with {flags(record.sets)}; this "
-                                 f"check has {flags(result.sets)}: --check takes the flags the "
-                                 "tree was compiled with\n")  # fmt: skip
+                made, given = (flags(sets) or "no --set" for sets in (record.sets, result.sets))
+                sys.stderr.write(
+                    f"  = hint: {label} was compiled with {made}; this check has {given}: "
+                    "--check takes the flags the tree was compiled with\n"
+                )
             return EXIT_STALE
         return EXIT_OK
     try:

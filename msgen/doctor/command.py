@@ -19,6 +19,7 @@ from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.compiled import compiled_plan, default_tree
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import TIMEOUT_S, Tools
+from msgen.syntax.overrides import flags
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,6 @@ def host_checks(
     return found
 
 
-def with_sets(sets: tuple[str, ...]) -> str:
-    """` with --set a=1 --set b=2` (the flags the checks applied), or ""."""
-    flags = "".join(f" --set {s}" for s in sets)
-    return f" with{flags}" if flags else ""
-
-
 def counts(checks: list[Check]) -> dict[str, int]:
     return {s.value: sum(c.status == s for c in checks) for s in Status}
 
@@ -176,7 +171,7 @@ def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> 
         node = options.node if options.node is not None else network.find_node(nodes) or 0
         compiled = compiled_plan(spec, result.sets, options.tree or default_tree(spec))
         checks = host_checks(plan, est, options, node, host, compiled)
-        title = (f"msgen doctor: {options.spec}{with_sets(result.sets)}, node {node} ({nodes[node]}), "
+        title = (f"msgen doctor: {options.spec}{f' with {flags(result.sets)}' if result.sets else ''}, node {node} ({nodes[node]}), "
                  f"{spec.cluster.per_node} devices")  # fmt: skip
     if options.json:
         doc = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from msgen.diagnostics import Diagnostic, did_you_mean, error
+from msgen.diagnostics import Diagnostic, did_you_mean, error, printable
 from msgen.syntax import ast
 from msgen.syntax.parser import parse
 
@@ -97,3 +97,9 @@ def recorded(overrides: list[str]) -> tuple[str, ...]:
         block, _, key = path.partition(".")
         out.append(f"{block.strip()}.{key.strip()}={value.strip()}")
     return tuple(sorted(out))
+
+
+def flags(sets: tuple[str, ...]) -> str:
+    """`--set a=1 --set b=2` as a command line gives recorded flags, printably ("" for
+    none)."""
+    return " ".join(f"--set {printable(s)}" for s in sets)
