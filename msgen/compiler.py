@@ -18,7 +18,7 @@ from msgen.ir.schema import MODEL_KEYS
 from msgen.lowering.lower import lower
 from msgen.lowering.reader import names_in
 from msgen.syntax import ast, parse, read_source
-from msgen.syntax.overrides import apply_overrides, override_keys
+from msgen.syntax.overrides import apply_overrides, override_keys, recorded
 
 
 @dataclass
@@ -33,7 +33,11 @@ class Result:
     rederived: list[str] = field(default_factory=list)
     """What `--set` re-derived, e.g. `dp 4 → 2` (msgen.ir.rederive)."""
     kept: str = "the devices and the global batch"
-    """What the re-derivation kept (a `--set cluster.devices` changes the devices)."""
+    """What the re-derivation kept (a `--set cluster.devices`, `cluster.per_node` or
+    `cluster.nodes` may change the devices: then it says by how much)."""
+    sets: tuple[str, ...] = ()
+    """The `--set` flags the analysis applied, as a compiled tree records them
+    (msgen.syntax.overrides.recorded); the re-derived keys follow from them."""
     skipped: list[str] = field(default_factory=list)
     """The stages the errors found left unchecked, in order (STAGES)."""
 
@@ -135,6 +139,21 @@ def _lower(module, text: str, file: str, base_dir: Path, devices: str | None):
     return with_devices(spec, int(devices.strip().replace("_", ""))), diags
 
 
+CLUSTER_KEYS = {"cluster.per_node", "cluster.nodes"}  # what a compile may change the devices by
+
+
+def _kept(written, text: str, file: str, base_dir: Path, spec: Spec, kept: str) -> str:
+    """What the note on re-derived keys says `--set` kept: the global batch only, and
+    by how much the devices changed, when the cluster given has another count than
+    the spec as written."""
+    before, _ = lower(written, text, file, base_dir)
+    if before is None:
+        return kept
+    old = before.cluster.per_node * len(before.cluster.nodes)
+    new = spec.cluster.per_node * len(spec.cluster.nodes)
+    return kept if old == new else f"the global batch (devices {old} → {new})"
+
+
 def analyze_text(
     text: str, file: str, base_dir: Path, overrides: list[str] = (), what_if: bool = False
 ) -> Result:
@@ -146,6 +165,7 @@ def analyze_text(
     result.skipped = list(STAGES)  # until a stage runs
     if module is None:
         return result
+    result.sets = recorded(list(overrides))
     overrides, devices = _devices_what_if(list(overrides))
     if devices and not what_if:
         result.diagnostics.append(
@@ -163,6 +183,7 @@ def analyze_text(
         result.diagnostics.append(error("MSL001", f"--set {DEVICES_KEY} is given twice", None))
         return result
     devices = devices[0] if devices else None
+    written = module
     if overrides:
         module, diags = apply_overrides(module, list(overrides), {"model": MODEL_KEYS})
         result.diagnostics += diags
@@ -172,6 +193,8 @@ def analyze_text(
     given = override_keys(list(overrides)) | ({DEVICES_KEY} if devices is not None else set())
     if devices is not None:
         result.kept = "the global batch"
+    if spec is not None and given & CLUSTER_KEYS and not has_errors(diags):
+        result.kept = _kept(written, text, file, base_dir, spec, result.kept)
     if spec is not None and given and not has_errors(diags):
         sets, result.rederived = rederived(spec, given)
         if sets:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from msgen.cli import main
 from msgen.hf.tensors import encode, read_header, read_tensor
 from tests.oracles import require
+from tests.readme_sections import section_commands
 
 torch = require("torch")
 transformers = require("transformers")
@@ -236,10 +238,7 @@ def test_a_tensor_its_shard_does_not_hold_is_named(tmp_path):
 
 def readme_section_commands() -> list[str]:
     """The commands README's "Start from a Hugging Face model" prints, in order."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## Start from a Hugging Face model")
-    section = readme[start : readme.index("\n## ", start + 1)]
-    return [line.strip() for line in section.splitlines() if line.startswith("    ")]
+    return section_commands("Start from a Hugging Face model")
 
 
 @pytest.mark.slow
@@ -247,7 +246,6 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     """Each command of the section, as printed, in a folder holding a small LLaMA saved
     by transformers as `my-llama/`: the trained model comes back to transformers, and
     the run resharded for tp = 2 merges back into the run's own checkpoint."""
-    import shlex
     import subprocess
 
     hf_model("llama", tmp_path / "my-llama", torch.float32)
@@ -255,12 +253,12 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     assert [c.split()[:3] for c in commands][-2:] == [["msgen", "ckpt", "merge"],
                                                       ["msgen", "ckpt", "reshard"]]  # fmt: skip
     root = str(Path(__file__).resolve().parents[1])
+    # msgen and python of this environment (with this checkout's msgen) first on PATH
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
     for command in commands:
-        argv = shlex.split(command)
-        program = {"msgen": [sys.executable, "-m", "msgen.cli"], "python": [sys.executable]}
         done = subprocess.run(
-            program[argv[0]] + argv[1:], cwd=tmp_path, capture_output=True, text=True,
-            timeout=900, env={**__import__("os").environ, "PYTHONPATH": root},
+            ["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+            timeout=900, env={**os.environ, "PYTHONPATH": root, "PATH": path},
         )  # fmt: skip
         assert done.returncode == 0, (command, done.stderr[-3000:])
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "my-llama-trained")

@@ -705,11 +705,14 @@ def write_run_json(folder, rank, world, start):
             "rank": rank,
             "world": world,
             "host": socket.gethostname(),
+            # what the run computed on: msgen report holds it against the spec's device
+            "device_target": ms.get_context("device_target"),
             "argv": sys.argv,
             "spec": {
                 "name": "tiny",
                 "path": made.get("spec"),
                 "sha256": made.get("spec_sha256"),
+                "set": made.get("set", []),
             },
             "manifest_sha256": digest,
             "tokens_per_step": STEP_ROWS * SEQ,

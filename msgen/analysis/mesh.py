@@ -56,6 +56,12 @@ class RankMesh:
         return cls(m.dp, m.tp, m.pp, m.ep, max(1, spec.cluster.per_node))
 
     @classmethod
+    def of_plan(cls, doc: dict) -> RankMesh:
+        """The mesh plan.json records (its `mesh` and `per_node`)."""
+        m = doc["mesh"]
+        return cls(m["dp"], m["tp"], m["pp"], m.get("ep", 1), doc.get("per_node", 1))
+
+    @classmethod
     def of_sizes(cls, sizes: dict[str, int]) -> RankMesh:
         """The mesh of axis sizes ("dp", "tp", "pp", "ep"; a missing one is 1), on
         one server (which server a group spans is then not asked)."""

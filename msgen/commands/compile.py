@@ -14,11 +14,13 @@ from msgen.commands.tree import (
     InTheWay,
     NotOurs,
     OtherSpec,
+    compiled_record,
     diff_tree,
     write_tree,
 )
 from msgen.compiler import display_path
 from msgen.emit import emit, notes
+from msgen.syntax.overrides import flags
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class CompileOptions:
 def compile_command(result, options: CompileOptions) -> int:
     plan = build_plan(result.spec, result.facts)
     # headers name the spec relative to the current folder (result.file is its label)
-    files = emit(plan, display_path(options.spec))
+    files = emit(plan, display_path(options.spec), result.sets)
     out = options.output
     folder = out / result.spec.model.name
     label = (out / result.spec.model.name).as_posix()
@@ -41,6 +43,13 @@ def compile_command(result, options: CompileOptions) -> int:
         if diff:
             sys.stdout.write(diff)
             sys.stderr.write(f"msgen: {label} is stale; run `msgen compile` to update it\n")
+            record = compiled_record(folder)
+            if record is not None and record.sets != result.sets:
+                made, given = (flags(sets) or "no --set" for sets in (record.sets, result.sets))
+                sys.stderr.write(
+                    f"  = hint: {label} was compiled with {made}; this check has {given}: "
+                    "--check takes the flags the tree was compiled with\n"
+                )
             return EXIT_STALE
         return EXIT_OK
     try:

@@ -164,8 +164,19 @@ def cmd_data(args) -> int:
 
 def cmd_doctor(args) -> int:
     from msgen.doctor.command import DoctorOptions, doctor_command
+    from msgen.doctor.compiled import tree_sets
 
-    result = _analyze(args.file, args.error_format, args.set)
+    p, analyze = _read_spec(args.file)
+    try:
+        result = analyze(p, list(args.set))
+        # the launch scripts give the tree, not its flags: the tree's record supplies them
+        tree = Path(args.tree) if args.tree else None
+        sets = tree_sets(result.spec, tuple(args.set), tree)
+        if sets is not None:
+            result = analyze(p, list(sets))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {args.file}: {exc}") from exc
+    _report(result, args.error_format)
     paths = {k: Path(v) if v else None for k, v in
              (("dryrun", args.dryrun), ("tree", args.tree), ("run_from", args.run_from),
               ("output", args.output))}  # fmt: skip
@@ -274,7 +285,7 @@ def _run_tool(command, options) -> int:
     from msgen.runs import RunError
 
     try:
-        return command(options, lambda spec: _analyze(str(spec), "text"))
+        return command(options, lambda spec, sets=(): _analyze(str(spec), "text", sets))
     except RunError as exc:
         raise UsageError(str(exc)) from exc
 

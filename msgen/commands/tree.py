@@ -93,6 +93,27 @@ def previous_manifest(folder: Path, force: bool = False) -> dict:
     return doc
 
 
+@dataclass(frozen=True)
+class Record:
+    """What a compiled tree's manifest says of how it was compiled."""
+
+    spec_sha256: str | None
+    sets: tuple[str, ...]  # its --set flags (a tree from before they were recorded: none)
+
+
+def compiled_record(folder: Path) -> Record | None:
+    """The record of the tree in `folder`; None when it holds no manifest msgen wrote."""
+    try:
+        doc = previous_manifest(folder)
+    except DamagedManifest:
+        return None
+    sets = doc.get("set", [])
+    if not doc or not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
+        return None
+    sha = doc.get("spec_sha256")
+    return Record(sha if isinstance(sha, str) else None, tuple(sets))
+
+
 def previous_files(folder: Path, force: bool = False) -> set[str]:
     """What the previous manifest lists (nothing when there is none)."""
     return set(previous_manifest(folder, force).get("files", {}))

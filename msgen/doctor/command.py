@@ -15,9 +15,12 @@ from msgen import hostinfo
 from msgen.analysis.mesh import RankMesh
 from msgen.base.status import UsageError
 from msgen.compiler import estimable
+from msgen.diagnostics import printable
 from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
+from msgen.doctor.compiled import compiled_plan, default_tree
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import TIMEOUT_S, Tools
+from msgen.syntax.overrides import flags
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,11 @@ class Host:
 ASCEND_ONLY = ("cann", "driver", "paths", "npu", "hccn", "port")
 
 
-def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> list[Check]:
+def host_checks(
+    plan, est, options: DoctorOptions, node: int, host: Host, compiled: dict | None = None
+) -> list[Check]:
+    """`compiled`: the plan.json of the tree compiled from this spec with these --set
+    flags (its checkpoints are sized exactly), or None."""
     spec = plan.spec
     cluster, mesh = spec.cluster, RankMesh.of(spec)
     tools = Tools(host.environ, host.tool_timeout)
@@ -78,18 +85,19 @@ def host_checks(plan, est, options: DoctorOptions, node: int, host: Host) -> lis
                 )
         found += network.hccl_port_checks(host.environ)
     found += network.master_checks(host.environ, cluster.nodes, cluster.master_port, node)
-    per_stage = [s.weights_bytes + s.optimizer_bytes for s in est.stages]
+    exact = storage.stage_checkpoint_bytes(compiled, spec.semi_auto) if compiled else None
+    per_stage = exact or [s.weights_bytes + s.optimizer_bytes for s in est.stages]
     one = storage.checkpoint_bytes(per_stage, mesh.server_ranks(node), mesh.stride("pp"))
     keep = spec.train.checkpoint.keep if spec.train.checkpoint else 1
-    tree = options.tree or Path("generated") / spec.model.name
-    found += storage.output_checks(options.output or tree / "output", one, keep)
+    tree = options.tree or default_tree(spec)
+    found += storage.output_checks(options.output or tree / "output", one, keep, bool(exact))
     files = [
         (role, p) for role, p in (("train", spec.train.data), ("valid", spec.train.valid)) if p
     ]
     vocab = spec.model.dims["vocab"]
     found += data.data_checks(tools, files, options.run_from or tree, vocab, spec.model.dims["seq"])
     meminfo = host.meminfo.read_text() if host.meminfo.is_file() else None
-    found += storage.memory_checks(meminfo, one)
+    found += storage.memory_checks(meminfo, one, bool(exact))
     return found
 
 
@@ -114,12 +122,14 @@ def summary(checks: list[Check]) -> str:
 
 
 def render_text(title: str, checks: list[Check]) -> str:
+    """The checks for a terminal: what they quote of the host (paths, tools' words,
+    variables) printably, whatever a check forgot."""
     width = max((len(c.topic) for c in checks), default=0)
-    lines = [title]
+    lines = [printable(title)]
     for c in checks:
-        lines.append(f"  {c.status.value:<8} {c.topic:<{width}}  {c.message}")
+        lines.append(f"  {c.status.value:<8} {c.topic:<{width}}  {printable(c.message)}")
         if c.fix and c.status in (Status.ERROR, Status.WARNING):
-            lines.append(f"  {'':<8} {'':<{width}}  fix: {c.fix}")
+            lines.append(f"  {'':<8} {'':<{width}}  fix: {printable(c.fix)}")
     lines.append(summary(checks))
     return "\n".join(lines) + "\n"
 
@@ -160,12 +170,16 @@ def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> 
         node = None
     else:
         node = options.node if options.node is not None else network.find_node(nodes) or 0
-        checks = host_checks(plan, est, options, node, host)
-        title = f"msgen doctor: {options.spec}, node {node} ({nodes[node]}), {spec.cluster.per_node} devices"
+        compiled = compiled_plan(spec, result.sets, options.tree or default_tree(spec))
+        checks = host_checks(plan, est, options, node, host, compiled)
+        title = (f"msgen doctor: {options.spec}{f' with {flags(result.sets)}' if result.sets else ''}, node {node} ({nodes[node]}), "
+                 f"{spec.cluster.per_node} devices")  # fmt: skip
     if options.json:
         doc = {
             "spec": str(options.spec),
+            "set": list(result.sets),
             "node": node,
+            "devices": spec.cluster.per_node,
             "checks": [c.as_json() for c in checks],
             **counts(checks),
         }

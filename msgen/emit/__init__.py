@@ -1,6 +1,11 @@
-"""Code generation: `emit(plan, spec_path) -> {relative path: text}`, pure and in memory.
+"""Code generation: `emit(plan, spec_path, sets) -> {relative path: text}`, pure and in
+memory.
 
 Writing to disk, `--check` and the diff all consume that dict (msgen/commands/tree.py).
+A tree compiled with `--set` records the flags (`sets`, as msgen.syntax.overrides.recorded
+writes them) in manifest.json and plan.json, and says so at the top of train.py and of
+the launch scripts: `msgen doctor` and `msgen report` read them back, and train.py
+copies them into each rank's run.json.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from pathlib import Path
 
 from msgen import __version__
 from msgen.analysis.plan import Plan
+from msgen.diagnostics import printable
 
 MANIFEST = "manifest.json"
 
@@ -22,13 +28,25 @@ def header_lines(spec_path: str, sha256: str) -> tuple[str, str]:
     )
 
 
-def manifest(files: dict[str, str], spec_path: str, sha256: str) -> str:
+def set_lines(sets: tuple[str, ...]) -> tuple[str, ...]:
+    """The comment lines naming the --set flags a tree was compiled with (none without)."""
+    if not sets:
+        return ()
+    return (
+        "# Compiled with these --set flags (manifest.json and plan.json record them;",
+        "# msgen doctor and msgen report apply them):",
+        *(f"#   --set {printable(s)}" for s in sets),
+    )
+
+
+def manifest(files: dict[str, str], spec_path: str, sha256: str, sets: tuple[str, ...]) -> str:
     listed = {path: hashlib.sha256(text.encode()).hexdigest() for path, text in files.items()}
     listed[MANIFEST] = None  # the manifest lists itself, unhashed
     doc = {
         "msgen_version": __version__,
         "spec": spec_path,
         "spec_sha256": sha256,
+        "set": list(sets),
         "files": dict(sorted(listed.items())),
     }
     return json.dumps(doc, indent=2) + "\n"
@@ -44,7 +62,7 @@ def hostinfo_py(header: tuple[str, str]) -> str:
     return "\n".join([*header, "# msgen/hostinfo.py, carried as it is.", "# fmt: off", source])
 
 
-def emit(plan: Plan, spec_path: str) -> dict[str, str]:
+def emit(plan: Plan, spec_path: str, sets: tuple[str, ...] = ()) -> dict[str, str]:
     from msgen.emit.build import build_context
     from msgen.emit.launch import (
         LaunchContext,
@@ -60,11 +78,11 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
     from msgen.estimate.output import estimate_report
 
     spec = plan.spec
-    context = build_context(plan, spec_path)
+    context = build_context(plan, spec_path, set_lines(sets))
     cluster = spec.cluster
     launch = LaunchContext(
         model=spec.model.name,
-        header=header_lines(spec_path, spec.sha256),
+        header=(*header_lines(spec_path, spec.sha256), *set_lines(sets)),
         nodes=cluster.nodes,
         per_node=cluster.per_node,
         device_ips=cluster.device_ips,
@@ -84,6 +102,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
             plan,
             spec_path,
             estimate_report(estimate(plan)).model_dump(mode="json", exclude={"time"}),
+            sets,
         ),
     }
     if spec.semi_auto:  # each rank writes one
@@ -92,7 +111,7 @@ def emit(plan: Plan, spec_path: str) -> dict[str, str]:
         files["hccl.json"] = rank_table_json(launch)
         files["launch/rank_table.sh"] = rank_table_script(launch)
     files = dict(sorted(files.items()))
-    files[MANIFEST] = manifest(files, spec_path, spec.sha256)
+    files[MANIFEST] = manifest(files, spec_path, spec.sha256, sets)
     return files
 
 

@@ -147,7 +147,7 @@ def gigabytes(n: int) -> str:
     return f"{n / 2**30:.2f}".rstrip("0").rstrip(".") + "GB"
 
 
-def build_context(plan: Plan, spec_path: str) -> ModelContext:
+def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = ()) -> ModelContext:
     from msgen.analysis.facts import context
 
     spec = plan.spec
@@ -241,6 +241,7 @@ def build_context(plan: Plan, spec_path: str) -> ModelContext:
         fusion=fusion,
         layer_fusion=layer_fusion,
         gradient_from=gradient_sources(plan),
+        compiled_with=compiled_with,
         max_device_memory=gigabytes(budget) if budget else "1024GB",
         model_flops_per_step=step_flops(plan).model,
         device=spec.cluster.device,

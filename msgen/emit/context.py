@@ -159,6 +159,8 @@ class ModelContext:
     # Where a step of micro-batches reads each parameter's gradient under semi-auto
     # parallel: (path pattern, "mirror" | "accu_grads"), msgen/analysis/gradients.py
     gradient_from: tuple[tuple[str, str], ...] = field(default=())
+    # The comment lines saying which --set flags the tree was compiled with (none: none)
+    compiled_with: tuple[str, ...] = field(default=())
 
     @property
     def class_name(self) -> str:

@@ -118,7 +118,9 @@ def _groups_text(groups: dict[str, list[list[int]]], indent: str) -> str:
     return "{\n" + ",\n".join(axes) + f"\n{indent}}}"
 
 
-def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
+def plan_json(
+    plan: Plan, spec_path: str, estimate: dict | None = None, sets: tuple[str, ...] = ()
+) -> str:
     spec = plan.spec
     mesh = RankMesh.of(spec)
     groups = mesh.listed()
@@ -126,6 +128,7 @@ def plan_json(plan: Plan, spec_path: str, estimate: dict | None = None) -> str:
     doc = {
         "model": spec.model.name,
         "spec": spec_path,
+        "set": list(sets),  # the --set flags it was compiled with
         "mesh": {"dp": spec.mesh.dp, "tp": spec.mesh.tp, "pp": spec.mesh.pp}
         | ({"ep": spec.mesh.ep} if spec.mesh.ep > 1 else {}),
         "devices": spec.mesh.devices,

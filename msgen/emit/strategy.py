@@ -49,7 +49,7 @@ class Unsupported(ValueError):
     """A layout the strategy file's JSON form cannot write (a dim split over two axes)."""
 
 
-def _parameters(doc: dict) -> list[dict]:
+def parameters(doc: dict) -> list[dict]:
     """plan.json's parameters one per path, each with its stages."""
     out = [{"path": p["path"], "shape": p["shape"], "split": p["split"], "stages": p["stages"]}
            for p in doc["params"]]  # fmt: skip
@@ -61,7 +61,8 @@ def _parameters(doc: dict) -> list[dict]:
     return out
 
 
-def _layout(param: dict, doc: dict, mesh: RankMesh) -> dict:
+def layout(param: dict, doc: dict, mesh: RankMesh) -> dict:
+    """The layout of `param` (one of `parameters(doc)`) in its stages' strategy file."""
     expert = "ep" in param["split"]
     dims = _EXPERT_DEVICE_DIM if expert else _DEVICE_DIM
     if any(axis not in dims for axis in param["split"]):
@@ -85,13 +86,12 @@ def strategy_files(doc: dict) -> dict[str, str]:
     """`strategy/stage_<s>.json` for each pipeline stage of a semi-auto plan.json."""
     accumulates = doc["mesh"]["pp"] > 1 or doc["micro_batches"] > 1
     prefixes = ("", "adam_m.", "adam_v.") + (("accu_grads.",) if accumulates else ())
-    m = doc["mesh"]
-    mesh = RankMesh(m["dp"], m["tp"], m["pp"], m.get("ep", 1), doc.get("per_node", 1))
+    mesh = RankMesh.of_plan(doc)
     files = {}
     for stage in range(doc["mesh"]["pp"]):
         layouts = {
-            prefix + p["path"]: _layout(p, doc, mesh)
-            for p in _parameters(doc)
+            prefix + p["path"]: layout(p, doc, mesh)
+            for p in parameters(doc)
             if stage in p["stages"]
             for prefix in prefixes
         }

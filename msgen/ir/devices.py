@@ -67,6 +67,7 @@ class Device:
     intra: Link  # between devices of one node
     inter: Link  # between nodes
     calibration: Calibration
+    target: str  # MindSpore's device_target for it: what a run on it records in run.json
 
     @property
     def usable_bytes(self) -> int:
@@ -141,6 +142,7 @@ def ascend(name: str, hbm: int, reserve: int, bf16: float, fp32: float, hbm_bw: 
         intra,
         ASCEND_ROCE,
         ASCEND_CANN,
+        "Ascend",
     )
 
 
@@ -174,6 +176,7 @@ DEVICES: dict[str, Device] = {
             A100_NVLINK,
             HDR_IB,
             MEGATRON_A100,
+            "GPU",
         ),
         Device(
             "h100_80g",
@@ -185,6 +188,7 @@ DEVICES: dict[str, Device] = {
             H100_NVLINK,
             NDR_IB,
             MEGATRON_A100,
+            "GPU",
         ),
     )
 }

@@ -96,9 +96,7 @@ def diff_sides(old: Side, new: Side, set_keys: set[str] = frozenset()) -> DiffRe
             "those it would write"
         )
     if new.result.rederived:
-        notes.append(
-            f"--set keeps the devices and the global batch: {', '.join(new.result.rederived)}"
-        )
+        notes.append(f"--set keeps {new.result.kept}: {', '.join(new.result.rederived)}")
     return DiffReport(
         old=old.report(),
         new=new.report(),

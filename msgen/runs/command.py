@@ -8,8 +8,10 @@ errors, is a usage error (RunError, exit 2).
 `msgen calibrate RUN_DIR... [--spec SPEC] [--fit P,...] [-o FILE [--force]]` fits the
 time model to the runs (msgen.runs.calibrate).
 
-`analyze(path)` is the compiler's front end as the command line runs it (printing the
-spec's diagnostics).
+`analyze(path, sets)` is the compiler's front end as the command line runs it (printing
+the spec's diagnostics). Both apply the `--set` flags the run's tree was compiled with
+(run.json's `spec.set`, from the tree's manifest), so that a run is held against the
+plan it ran.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ def spec_named_in(run: Run) -> Path | None:
     return None
 
 
+def compiled_sets(run: Run) -> tuple[str, ...]:
+    """The --set flags the run's tree was compiled with, as its run.json records them."""
+    for r in run.ranks:
+        sets = ((r.provenance or {}).get("spec") or {}).get("set")
+        if isinstance(sets, list) and all(isinstance(s, str) for s in sets):
+            return tuple(sets)
+    return ()
+
+
 def prediction(run: Run, options: ReportOptions, analyze):
     """The estimate to hold the run against, or None without a spec. A spec run.json
     names that has errors leaves the report without one; a --spec with errors is a
@@ -69,7 +80,7 @@ def prediction(run: Run, options: ReportOptions, analyze):
     spec = options.spec or spec_named_in(run)
     if spec is None:
         return None
-    result = analyze(spec)
+    result = analyze(spec, compiled_sets(run))
     if not estimable(result):
         if options.spec is None:
             return None
@@ -111,10 +122,11 @@ def calibrate_command(options: CalibrateOptions, analyze) -> int:
 
     runs = []
     for folder in options.runs:
-        spec = options.spec or spec_named_in(read_run(folder))
+        run = read_run(folder)
+        spec = options.spec or spec_named_in(run)
         if spec is None:
             raise RunError(f"{folder}: its run.json names no spec here; give --spec")
-        result = analyze(spec)
+        result = analyze(spec, compiled_sets(run))
         if not estimable(result):
             raise RunError(f"{spec} has errors: no time model to fit")
         runs.append(measured(folder, result))

@@ -58,8 +58,16 @@ class StageVersus(VersusReport):
 
 class ComparisonReport(_Data):
     spec: str
+    set: list[str] = Field(description="the --set flags the run's tree was compiled with")
     device: str
     devices: int
+    run_device: str | None = Field(
+        description="MindSpore's device_target the run had (run.json); null: not recorded"
+    )
+    same_device: bool | None = Field(
+        description="the run's device is of the spec's kind (false: the ratios compare "
+        "different devices); null: not known"
+    )
     step_s: VersusReport | None
     tokens_per_s_per_device: VersusReport | None
     mfu: VersusReport | None
@@ -95,8 +103,11 @@ def versus(v: Versus | None, **extra) -> dict | None:
 def comparison_report(c: Comparison) -> ComparisonReport:
     return ComparisonReport(
         spec=c.spec,
+        set=list(c.sets),
         device=c.device,
         devices=c.devices,
+        run_device=c.run_device,
+        same_device=c.same_device,
         step_s=versus(c.step_s),
         tokens_per_s_per_device=versus(c.tokens_per_s_per_device),
         mfu=versus(c.mfu),

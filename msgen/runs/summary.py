@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median, quantiles
 
+from msgen.diagnostics import printable
 from msgen.runs.alarms import DEFAULT, Thresholds
 from msgen.runs.logs import RankLog, Run, finite
 
@@ -123,8 +124,11 @@ class Versus:
 @dataclass(frozen=True)
 class Comparison:
     spec: str
+    sets: tuple[str, ...]  # the --set flags the spec was analysed with (the run's tree's)
     device: str
     devices: int
+    run_device: str | None  # what the run computed on (run.json's device_target)
+    same_device: bool | None  # the run's device is the spec's kind; None: not recorded
     step_s: Versus | None
     tokens_per_s_per_device: Versus | None
     mfu: Versus | None
@@ -149,7 +153,9 @@ class Prediction:
 
     spec: str
     sha256: str
+    sets: tuple[str, ...]
     device: str
+    target: str  # MindSpore's device_target of `device` ("" when not in the catalogue)
     devices: int
     ranks_per_stage: int
     tokens_per_step: int
@@ -176,7 +182,9 @@ def predict(result, device=None) -> Prediction:
     return Prediction(
         spec=result.file,
         sha256=spec.sha256,
+        sets=result.sets,
         device=est.device.name if est.device else "",
+        target=est.device.target if est.device else "",
         devices=mesh.devices,
         ranks_per_stage=mesh.stride("pp"),
         tokens_per_step=spec_tokens(plan),
@@ -187,8 +195,21 @@ def predict(result, device=None) -> Prediction:
     )
 
 
+def run_device(run: Run) -> str | None:
+    """The device_target the run's run.json records (a rank's, the reference first)."""
+    found = [(r.provenance or {}).get("device_target") for r in run.ranks]
+    return next((d for d in found if isinstance(d, str) and d), None)
+
+
 def compare(run: Run, summary: Summary, p: Prediction) -> Comparison:
     notes = []
+    ran_on = run_device(run)
+    same = None if ran_on is None or not p.target else ran_on == p.target
+    if same is False:
+        notes.append(
+            f"the run ran on {printable(ran_on)}, the prediction is for {p.device} ({p.target}): the "
+            "ratios below compare different devices"
+        )
     hashes = {(r.provenance.get("spec") or {}).get("sha256") for r in run.ranks if r.provenance}
     if hashes - {None, p.sha256}:
         notes.append(f"the run was trained from another version of {p.spec} (sha256 differs)")
@@ -206,8 +227,11 @@ def compare(run: Run, summary: Summary, p: Prediction) -> Comparison:
 
     return Comparison(
         spec=p.spec,
+        sets=p.sets,
         device=p.device,
         devices=p.devices,
+        run_device=ran_on,
+        same_device=same,
         step_s=versus(p.step_s, summary.step_time_s),
         tokens_per_s_per_device=versus(p.tokens_per_s_per_device, summary.tokens_per_s_per_device),
         mfu=versus(p.mfu, summary.mfu),

@@ -6,6 +6,7 @@ from msgen.estimate.report import gib
 from msgen.estimate.time_report import seconds
 from msgen.runs.logs import spans
 from msgen.runs.output import RunReport, VersusReport
+from msgen.syntax.overrides import flags
 
 
 def maybe(x, fmt: str, unit: str = "") -> str:
@@ -58,7 +59,8 @@ def render(report: RunReport) -> str:
     ]
     c = report.predicted
     if c is not None:
-        lines.append(f"predicted by {c.spec} on {c.devices} x {c.device}, against measured:")
+        given = f" {flags(tuple(c.set))}" if c.set else ""
+        lines.append(f"predicted by {c.spec}{given} on {c.devices} x {c.device}, against measured:")
         lines += [f"  note: {n}" for n in c.notes]
         lines.append(f"  {'':<24}{'predicted':>16}{'measured':>16}")
         rows = [

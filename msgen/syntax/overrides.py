@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from msgen.diagnostics import Diagnostic, did_you_mean, error
+from msgen.diagnostics import Diagnostic, did_you_mean, error, printable
 from msgen.syntax import ast
 from msgen.syntax.parser import parse
 
@@ -85,3 +85,21 @@ def override_keys(overrides: list[str]) -> set[str]:
         block, _, key = path.partition(".")
         keys.add(f"{block}.{key.strip()}")
     return keys
+
+
+def recorded(overrides: list[str]) -> tuple[str, ...]:
+    """The overrides as a compiled tree records them: `BLOCK.KEY=VALUE` with the space
+    around the key and the value dropped, sorted (a key is given once, so their order
+    means nothing)."""
+    out = []
+    for text in overrides:
+        path, _, value = text.partition("=")
+        block, _, key = path.partition(".")
+        out.append(f"{block.strip()}.{key.strip()}={value.strip()}")
+    return tuple(sorted(out))
+
+
+def flags(sets: tuple[str, ...]) -> str:
+    """`--set a=1 --set b=2` as a command line gives recorded flags, printably ("" for
+    none)."""
+    return " ".join(f"--set {printable(s)}" for s in sets)

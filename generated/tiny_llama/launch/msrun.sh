@@ -45,7 +45,8 @@ out_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
 # First check this host against the spec (msgen doctor; see its docs) and stop on an
 # error. It runs when msgen is installed here and the spec is found unchanged since
 # the tree was compiled: MSGEN_SPEC, else specs/tiny_llama.msl under the current folder or
-# under the folder above the tree. MSGEN_SKIP_DOCTOR=1 skips it.
+# under the folder above the tree. MSGEN_SKIP_DOCTOR=1 skips it. Given the tree, doctor
+# checks the spec with the --set flags the tree's manifest.json records.
 if [[ -n ${MSGEN_SKIP_DOCTOR:-} ]]; then
     echo "launch: msgen doctor skipped: MSGEN_SKIP_DOCTOR is set" >&2
 elif [[ $(msgen doctor --help 2>/dev/null || true) != *--compiled-from* ]]; then
