@@ -109,3 +109,19 @@ def test_a_config_path_with_a_line_break_or_an_escape_is_quoted_in_the_spec(tmp_
     header = spec.read_text().splitlines()[0]
     assert header.startswith("# ") and header.endswith("(qwen2 family, 494,032,768 parameters).")
     assert name.encode("unicode_escape").decode() in header
+
+
+@pytest.mark.parametrize("folder", ["case", "class", "Parameter"])
+def test_a_folder_named_like_a_python_or_mindspore_name_gives_a_usable_model_name(tmp_path, folder):
+    """The model is named after the config's folder; a keyword or a name the generated
+    code uses cannot name it (MSL125), so it gets the `m_` prefix. With --devices the
+    planner ran on the spec that MSL125 stopped and raised KeyError (exit 70)."""
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "config.json").write_text(config("qwen2_0_5b"))
+    err = io.StringIO()
+    argv = ["import", "hf", str(tmp_path / folder / "config.json"), "-o", str(tmp_path / "m.msl")]
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        status = main([*argv, "--devices", "2", "--per-node", "2"])
+    assert status == 0, err.getvalue()
+    assert f"\nmodel m_{folder.lower()} {{\n" in (tmp_path / "m.msl").read_text()
+    assert "mesh chosen by the planner for 2 devices" in err.getvalue()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from msgen.base.files import write_output
 from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
-from msgen.compiler import analyze_text
+from msgen.compiler import analyze_text, estimable
 from msgen.diagnostics import printable
 from msgen.estimate.planner import search
 from msgen.hf.config import HfConfigError, HfModel, load_model
@@ -59,7 +59,7 @@ def _setup(model: HfModel, options: ImportOptions) -> Setup:
 def _planned(text: str, file: str) -> tuple[str, str | None]:
     """The spec with the planner's first layout written in, and what was chosen."""
     result = analyze_text(text, file, Path("."))
-    if result.spec is None or result.facts is None:
+    if not estimable(result) or result.facts is None:  # the planner reads a whole spec
         return text, None
     found = search(result.spec, result.facts, "time", 1)
     if not found.plans:
