@@ -125,3 +125,21 @@ def test_a_folder_named_like_a_python_or_mindspore_name_gives_a_usable_model_nam
     assert status == 0, err.getvalue()
     assert f"\nmodel m_{folder.lower()} {{\n" in (tmp_path / "m.msl").read_text()
     assert "mesh chosen by the planner for 2 devices" in err.getvalue()
+
+
+def test_a_config_msgen_cannot_mean_is_a_usage_error_wherever_it_is_read(tmp_path):
+    """from-hf keeps the config in source.json, and to-hf reads it back: a config
+    there that msgen cannot mean is the same one line (status 2), not an uncaught
+    error (it was exit 70: only import hf turned the refusal into a usage error)."""
+    status, err, spec = imported(tmp_path / "model", config("qwen2_0_5b"))
+    assert status == 0, err
+    (tmp_path / "init").mkdir()
+    source = {"config": json.loads(config("qwen2_0_5b", hidden_act='"gelu"')), "dtypes": {}}
+    (tmp_path / "init" / "source.json").write_text(json.dumps(source))
+    err = io.StringIO()
+    with redirect_stdout(io.StringIO()), redirect_stderr(err):
+        status = main(
+            ["ckpt", "to-hf", str(spec), str(tmp_path / "init"), "-o", str(tmp_path / "o")]
+        )
+    assert status == 2 and "hidden_act 'gelu' is not supported" in err.getvalue(), err.getvalue()
+    assert len(err.getvalue().splitlines()) == 1

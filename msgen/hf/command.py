@@ -12,7 +12,7 @@ from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
 from msgen.compiler import analyze_text, estimable
 from msgen.diagnostics import printable
 from msgen.estimate.planner import search
-from msgen.hf.config import HfConfigError, HfModel, load_model
+from msgen.hf.config import HfModel, load_model
 from msgen.hf.spec import Setup, model_name, spec_text
 from msgen.syntax.edit import write_settings
 from msgen.syntax.fmt import format_text
@@ -69,10 +69,7 @@ def _planned(text: str, file: str) -> tuple[str, str | None]:
 
 
 def import_command(options: ImportOptions) -> int:
-    try:
-        model = load_model(options.config)
-    except HfConfigError as exc:
-        raise UsageError(str(exc)) from exc
+    model = load_model(options.config)
     if options.output is not None and options.output.exists() and not options.force:
         raise UsageError(f"-o {options.output} exists; add --force to replace it")
     setup = _setup(model, options)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen.base.readers import Bool, Int, List, Nullable, Num, Obj, Str, load_json
+from msgen.base.status import UsageError
 from msgen.diagnostics import printable
 from msgen.lowering.evaluate import DIM_LIMIT
 
@@ -31,8 +32,9 @@ DTYPES = {
 }
 
 
-class HfConfigError(Exception):
-    """A config msgen cannot turn into a spec that means the same model."""
+class HfConfigError(UsageError):
+    """A config msgen cannot turn into a spec that means the same model (status 2, one
+    line, wherever the config is read: import hf, ckpt from-hf, to-hf's source.json)."""
 
 
 @dataclass(frozen=True)
