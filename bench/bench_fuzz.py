@@ -35,7 +35,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.file_mutations import SEED_OF, SURFACES, keep_files, prepared  # noqa: E402
+from tests.file_mutations import (  # noqa: E402
+    SEED_OF,
+    SURFACES,
+    Case,
+    case_surface,
+    keep_files,
+    prepared,
+)
 from tests.file_seeds import Seeds  # noqa: E402
 from tests.fuzz_guard import Guard  # noqa: E402
 from tests.mutations import case, past_parsing, run  # noqa: E402
@@ -77,6 +84,18 @@ def command_of(argv) -> str:
     return " ".join(argv[:2]) if argv[0] in ("ckpt", "import") else argv[0]
 
 
+def described(seeds, seed: int, index: int, surfaces, keep: str | None, wrong):
+    """The case a killed worker ran, made again (its files kept), or what stops that."""
+    try:
+        with prepared(seeds, seed, index, surfaces) as (case, work):
+            if keep:
+                keep_files(work, Path(keep) / str(index), f"{case}\n{wrong}\n")
+            return case
+    except Exception as exc:  # the fuzzer's own failure
+        surface = case_surface(seed, index, surfaces)[1]
+        return Case(seed, index, surface, "-", f"not made again: {exc!r}", ("-",))
+
+
 def files_campaign(args) -> int:
     surfaces = tuple(args.surfaces.split(",")) if args.surfaces else SURFACES
     keep = str(Path(args.keep).resolve()) if args.keep else None
@@ -99,9 +118,7 @@ def files_campaign(args) -> int:
                 case, status, err, wrong = result
             else:
                 status, err, wrong = "killed", "", [result]
-                with prepared(seeds, args.seed, i, surfaces) as (case, work):
-                    if keep:
-                        keep_files(work, Path(keep) / str(i), f"{case}\n{wrong}\n")
+                case = described(seeds, args.seed, i, surfaces, keep, wrong)
                 for left in scratch.iterdir():
                     shutil.rmtree(left, ignore_errors=True)
             by_surface[case.surface] += 1

@@ -23,7 +23,10 @@ def _serve(target: str, conn) -> None:
     function = getattr(importlib.import_module(module), name)
     while True:
         args = conn.recv()
-        conn.send(function(*args))
+        try:
+            conn.send((True, function(*args)))
+        except Exception as exc:  # the function's own failure, not a case's
+            conn.send((False, f"the worker's function raised {type(exc).__name__}: {exc}"))
 
 
 def rss(pid: int) -> int:
@@ -62,7 +65,7 @@ class Guard:
         while True:
             try:
                 if self.conn.poll(POLL):
-                    return True, self.conn.recv()
+                    return self.conn.recv()
             except (EOFError, OSError):  # the worker is gone: its end of the pipe closed
                 pass
             if not self.process.is_alive():
