@@ -100,6 +100,7 @@ def files_campaign(args) -> int:
     surfaces = tuple(args.surfaces.split(",")) if args.surfaces else SURFACES
     keep = str(Path(args.keep).resolve()) if args.keep else None
     indices = [args.case] if args.case is not None else range(args.n)
+    only = f" --surfaces {args.surfaces}" if args.surfaces else ""  # a case is of its set
     with tempfile.TemporaryDirectory(prefix="msgen-fuzz-files-") as root:
         seeds = Seeds(Path(root) / "seeds")
         for name in sorted({SEED_OF[s] for s in surfaces}):
@@ -131,7 +132,7 @@ def files_campaign(args) -> int:
                 failed += 1
                 said = [line for line in err.splitlines() if "internal error" in line]
                 print(f"FAILED {case}: {wrong}\n  {(said or [err.strip()[-300:]])[0]}\n  again: python "
-                      f"bench/bench_fuzz.py --files --seed {args.seed} --case {i}",
+                      f"bench/bench_fuzz.py --files --seed {args.seed} --case {i}{only}",
                       file=sys.stderr, flush=True)  # fmt: skip
         seconds = time.perf_counter() - began
         guard.close()
