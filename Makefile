@@ -40,9 +40,13 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
-# The fuzz campaign: 10,000 mutated and hostile specs; prints cases/s and any crash.
+# The fuzz campaigns: 10,000 mutated and hostile specs, then 5,000 mutated files the
+# tools read (config.json, safetensors, index.json, source.json, strategy.json,
+# run.json, log.csv, calibration) and damaged run folders; each prints cases/s and
+# any crash, hang or memory growth with how to run it again. Fails if either found one.
 fuzz: $(STAMP)
-	$(BIN)/python bench/bench_fuzz.py -n 10000
+	$(BIN)/python bench/bench_fuzz.py -n 10000; specs=$$?; \
+	$(BIN)/python bench/bench_fuzz.py --files -n 5000 && exit $$specs
 
 clean:
 	rm -rf dist build .pytest_cache .ruff_cache .hypothesis

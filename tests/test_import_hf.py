@@ -226,12 +226,12 @@ def test_devices_lay_the_spec_out_with_the_planner(tmp_path):
     [
         ({"model_type": "gemma"}, "model_type 'gemma' is not supported"),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
-        ({"rms_norm_eps": None}, "no numeric rms_norm_eps"),
+        ({"rms_norm_eps": None}, "config.json: rms_norm_eps: missing"),
         ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_type 'llama3'"),
         ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_type 'linear'"),
         ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "rope_type 'yarn'"),
         ({"num_key_value_heads": 3}, "does not divide heads"),
-        ({"vocab_size": 0}, "vocab_size = 0"),
+        ({"vocab_size": 0}, "config.json: vocab_size: 0 is outside 1..1099511627775"),
         ({"torch_dtype": "float8"}, "dtype 'float8'"),
         (
             {
@@ -255,7 +255,7 @@ def test_not_a_config(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("[1, 2]")
     proc = msgen("import", "hf", tmp_path / "model" / "config.json")
-    assert proc.returncode == 2 and "is not a config.json" in proc.stderr
+    assert proc.returncode == 2 and "config.json: expected an object, got a list" in proc.stderr
     proc = msgen("import", "hf", tmp_path / "missing.json")
     assert proc.returncode == 2 and "cannot read" in proc.stderr
 

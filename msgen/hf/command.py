@@ -9,9 +9,10 @@ from pathlib import Path
 
 from msgen.base.files import write_output
 from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
-from msgen.compiler import analyze_text
+from msgen.compiler import analyze_text, estimable
+from msgen.diagnostics import printable
 from msgen.estimate.planner import search
-from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
+from msgen.hf.config import HfModel, load_model
 from msgen.hf.spec import Setup, model_name, spec_text
 from msgen.syntax.edit import write_settings
 from msgen.syntax.fmt import format_text
@@ -58,7 +59,7 @@ def _setup(model: HfModel, options: ImportOptions) -> Setup:
 def _planned(text: str, file: str) -> tuple[str, str | None]:
     """The spec with the planner's first layout written in, and what was chosen."""
     result = analyze_text(text, file, Path("."))
-    if result.spec is None or result.facts is None:
+    if not estimable(result) or result.facts is None:  # the planner reads a whole spec
         return text, None
     found = search(result.spec, result.facts, "time", 1)
     if not found.plans:
@@ -68,15 +69,13 @@ def _planned(text: str, file: str) -> tuple[str, str | None]:
 
 
 def import_command(options: ImportOptions) -> int:
-    try:
-        model = model_of(read_config(options.config))
-    except HfConfigError as exc:
-        raise UsageError(str(exc)) from exc
+    model = load_model(options.config)
     if options.output is not None and options.output.exists() and not options.force:
         raise UsageError(f"-o {options.output} exists; add --force to replace it")
     setup = _setup(model, options)
     file = str(options.output or f"{setup.name}.msl")
-    text = spec_text(model, setup, options.config.as_posix())
+    # the path goes into a comment: a line break or an escape in it would end the comment
+    text = spec_text(model, setup, printable(options.config.as_posix()))
     chosen = None
     if setup.devices > 1:
         text, chosen = _planned(text, file)

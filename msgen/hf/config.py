@@ -9,12 +9,13 @@ modelling facts each family adds are those of its `modeling_*.py`, cited where u
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from msgen.base.files import read_regular
+from msgen.base.readers import Bool, Int, List, Nullable, Num, Obj, Str, load_json
+from msgen.base.status import UsageError
+from msgen.diagnostics import printable
+from msgen.lowering.evaluate import DIM_LIMIT
 
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB; anything near this is not one
 
@@ -31,8 +32,9 @@ DTYPES = {
 }
 
 
-class HfConfigError(Exception):
-    """A config msgen cannot turn into a spec that means the same model."""
+class HfConfigError(UsageError):
+    """A config msgen cannot turn into a spec that means the same model (status 2, one
+    line, wherever the config is read: import hf, ckpt from-hf, to-hf's source.json)."""
 
 
 @dataclass(frozen=True)
@@ -78,33 +80,72 @@ class HfModel:
         return self.vocab * self.hidden + self.layers * layer + self.hidden + head
 
 
+# Every key msgen reads, typed and bounded, per family: a dim is a positive integer
+# below the language's limit (msgen.lowering.evaluate.DIM_LIMIT, MSL106), so no wrong
+# type, 400-digit count or unhashable value reaches a formula; a null is the key's
+# default where transformers reads it so (num_key_value_heads, head_dim,
+# sliding_window, rope_scaling). Keys msgen does not read are left alone.
+_DIM = Int(1, DIM_LIMIT - 1)
+_NAME = Str(max_len=64)  # a model type, an activation, a dtype: short words
+_ROPE = Nullable(Obj(optional={"rope_type": _NAME, "type": _NAME, "rope_theta": Num()}))
+_COMMON = {
+    "hidden_act": _NAME,
+    "num_key_value_heads": Nullable(_DIM),
+    "head_dim": Nullable(_DIM),
+    "max_position_embeddings": Nullable(_DIM),
+    "rope_theta": Num(),
+    "rope_scaling": _ROPE,
+    "rope_parameters": _ROPE,
+    "tie_word_embeddings": Bool(),
+    "attention_bias": Bool(),
+    "dtype": Nullable(_NAME),
+    "torch_dtype": Nullable(_NAME),
+}
+_REQUIRED = {
+    "model_type": _NAME,
+    "vocab_size": _DIM,
+    "hidden_size": _DIM,
+    "num_hidden_layers": _DIM,
+    "num_attention_heads": _DIM,
+    "intermediate_size": _DIM,
+    "rms_norm_eps": Num(),  # read, never assumed
+}
+_WINDOW = {"sliding_window": Nullable(_DIM), "layer_types": List(_NAME, max_len=DIM_LIMIT)}
+SCHEMAS = {
+    "llama": Obj(_REQUIRED, {**_COMMON, "mlp_bias": Bool()}),
+    "qwen2": Obj(
+        _REQUIRED,
+        {
+            **_COMMON,
+            **_WINDOW,
+            "use_sliding_window": Bool(),
+            "max_window_layers": Int(0, DIM_LIMIT - 1),
+        },
+    ),
+    "mistral": Obj(_REQUIRED, {**_COMMON, **_WINDOW}),
+}
+
+
 def read_config(path: Path) -> dict:
-    """config.json as a dict; HfConfigError naming the file for anything else."""
-    try:
-        data = json.loads(read_regular(path, CONFIG_LIMIT).decode("utf-8"))
-    except OSError as exc:
-        raise HfConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise HfConfigError(f"{path} is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise HfConfigError(f"{path} is not a config.json (a JSON object)")
-    return data
+    """config.json as a dict (bounded in size and depth; its types are checked by
+    `model_of`); BadInput naming the file otherwise."""
+    return load_json(path, CONFIG_LIMIT, Obj())
 
 
-def _int(config: dict, key: str, default: int | None = None, positive: bool = True) -> int:
-    value = config.get(key, default)
-    if value is None:
-        raise HfConfigError(f"config.json has no {key}")
-    if isinstance(value, bool) or not isinstance(value, int) or (positive and value < 1):
-        raise HfConfigError(f"{key} = {value!r} is not a positive integer")
-    return value
+def load_model(path: Path) -> HfModel:
+    """The HfModel of the config.json at `path`, every refusal naming the file."""
+    return model_of(read_config(path), printable(str(path)))
+
+
+def _given(config: dict, key: str, default):
+    """A key the schema checked, or `default` when absent or null."""
+    value = config.get(key)
+    return default if value is None else value
 
 
 def _float(config: dict, key: str) -> float:
-    value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise HfConfigError(f"config.json has no numeric {key} (it is read, never assumed)")
-    if not math.isfinite(value) or value <= 0:
+    value = config[key]  # a finite number: the schema and the JSON reader say so
+    if value <= 0:
         raise HfConfigError(f"{key} = {value!r} is not a positive number")
     return float(value)
 
@@ -113,20 +154,15 @@ def _rope(config: dict) -> float:
     """rope_theta from the transformers 4 form (`rope_theta`, `rope_scaling`) or the
     transformers 5 form (`rope_parameters`); any scaling but `default` is refused."""
     params = config.get("rope_parameters")
-    scaling = config.get("rope_scaling")
-    for source in (params, scaling):
-        if source is None:
-            continue
-        if not isinstance(source, dict):
-            raise HfConfigError(f"rope parameters {source!r} are not an object")
-        kind = source.get("rope_type", source.get("type", "default"))
+    for source in (params, config.get("rope_scaling")):
+        kind = (source or {}).get("rope_type", (source or {}).get("type", "default"))
         if kind != "default":
             raise HfConfigError(
                 f"rope_type {kind!r} is not supported: msgen's attention has plain RoPE "
                 "only (rope_type 'default'); llama3, yarn, linear, dynamic and longrope "
                 "scaling would change the model"
             )
-    if isinstance(params, dict) and "rope_theta" in params:
+    if params and "rope_theta" in params:
         return _float(params, "rope_theta")
     if "rope_theta" in config:
         return _float(config, "rope_theta")
@@ -142,8 +178,8 @@ def _window(config: dict, family: str, layers: int) -> tuple[int | None, int]:
         return None, layers
     kinds = config.get("layer_types")
     if kinds is not None:  # transformers >= 4.53 writes the per-layer kinds out
-        if not isinstance(kinds, list) or len(kinds) != layers:
-            raise HfConfigError(f"layer_types is not a list of {layers} layer kinds")
+        if len(kinds) != layers:
+            raise HfConfigError(f"layer_types has {len(kinds)} layer kinds, not {layers}")
         sliding = [i for i, kind in enumerate(kinds) if kind == "sliding_attention"]
         if not sliding:
             return None, layers
@@ -152,26 +188,18 @@ def _window(config: dict, family: str, layers: int) -> tuple[int | None, int]:
                 "layer_types mixes full and sliding-window layers in an order msgen does "
                 "not write (full attention first, then the sliding window)"
             )
-        return _positive_window(window), sliding[0]
+        return window, sliding[0]
     if family == "qwen2":
-        if not config.get("use_sliding_window", False):
-            return None, layers
-        start = _int(config, "max_window_layers", layers, positive=False)
-        if start >= layers:
+        start = _given(config, "max_window_layers", layers)
+        if not config.get("use_sliding_window", False) or start >= layers:
             return None, layers
     else:
         start = 0
-    return _positive_window(window), start
-
-
-def _positive_window(window) -> int:
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise HfConfigError(f"sliding_window = {window!r} is not a positive integer")
-    return window
+    return window, start
 
 
 def _dtype(config: dict) -> tuple[str, str, tuple[str, ...]]:
-    name = config.get("dtype", config.get("torch_dtype"))
+    name = _given(config, "dtype", config.get("torch_dtype"))  # transformers 5's name first
     if name is None:
         return "bf16", "fp32", ("config.json names no dtype: bf16 compute, fp32 parameters",)
     if name not in DTYPES:
@@ -179,47 +207,55 @@ def _dtype(config: dict) -> tuple[str, str, tuple[str, ...]]:
     return (*DTYPES[name], ())
 
 
-def model_of(config: dict) -> HfModel:
-    """The HfModel a config describes; HfConfigError for what msgen cannot mean."""
-    kind = config.get("model_type")
+def model_of(config: dict, name: str = "config.json") -> HfModel:
+    """The HfModel a config (read from the file called `name`) describes: BadInput
+    naming the key for a value of the wrong type or size, HfConfigError naming it for
+    what msgen cannot mean."""
+    kind = Obj({"model_type": _NAME}).check(config, name)["model_type"]
     if kind not in FAMILIES:
         raise HfConfigError(
-            f"model_type {kind!r} is not supported: msgen imports " + ", ".join(sorted(FAMILIES))
+            f"{name}: model_type {kind!r} is not supported: msgen imports "
+            + ", ".join(sorted(FAMILIES))
         )
     family = FAMILIES[kind]
+    try:
+        return _model(SCHEMAS[family].check(config, name), family)
+    except HfConfigError as exc:
+        raise HfConfigError(f"{name}: {exc}") from None
+
+
+def _model(config: dict, family: str) -> HfModel:
     act = config.get("hidden_act", "silu")
     if act != "silu":
         raise HfConfigError(f"hidden_act {act!r} is not supported: the MLP is SwiGLU (silu)")
-    hidden = _int(config, "hidden_size")
-    layers = _int(config, "num_hidden_layers")
-    heads = _int(config, "num_attention_heads")
-    kv_heads = _int(config, "num_key_value_heads", heads)
+    hidden = config["hidden_size"]
+    layers = config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv_heads = _given(config, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise HfConfigError(f"num_key_value_heads = {kv_heads} does not divide heads = {heads}")
-    head_dim = config.get("head_dim")
-    head_dim = hidden // heads if head_dim is None else _int(config, "head_dim")
-    if head_dim * heads != hidden and "head_dim" not in config:
+    head_dim = _given(config, "head_dim", hidden // heads)
+    if head_dim * heads != hidden and config.get("head_dim") is None:
         raise HfConfigError(f"hidden_size {hidden} is not a multiple of {heads} heads")
     window, window_from = _window(config, family, layers)
-    max_positions = config.get("max_position_embeddings")
     dtype, param_dtype, notes = _dtype(config)
-    attention_bias = bool(config.get("attention_bias", False))
+    attention_bias = config.get("attention_bias", False)
     return HfModel(
         family=family,
-        vocab=_int(config, "vocab_size"),
+        vocab=config["vocab_size"],
         hidden=hidden,
         layers=layers,
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        ffn=_int(config, "intermediate_size"),
+        ffn=config["intermediate_size"],
         eps=_float(config, "rms_norm_eps"),
-        tied=bool(config.get("tie_word_embeddings", False)),
+        tied=config.get("tie_word_embeddings", False),
         qkv_bias=family == "qwen2" or attention_bias,
         o_bias=family != "qwen2" and attention_bias,
-        mlp_bias=family == "llama" and bool(config.get("mlp_bias", False)),
+        mlp_bias=family == "llama" and config.get("mlp_bias", False),
         rope_theta=_rope(config),
-        max_positions=max_positions if isinstance(max_positions, int) else None,
+        max_positions=config.get("max_position_embeddings"),
         window=window,
         window_from=window_from,
         dtype=dtype,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from msgen.checks.reserved import class_clash
 from msgen.hf.config import HfModel
 
 # Documentation addresses (RFC 5737) stand in for servers the user has not named yet:
@@ -32,9 +33,11 @@ class Setup:
 
 
 def model_name(text: str) -> str:
-    """`Qwen2-0.5B` -> `qwen2_0_5b`: an MSL identifier from a model's folder name."""
+    """`Qwen2-0.5B` -> `qwen2_0_5b`: an MSL identifier from a model's folder name, one
+    the generated code can use (a folder called `case` or `class` becomes `m_case`)."""
     name = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
-    return name if name and not name[0].isdigit() else f"m_{name}"
+    usable = name and not name[0].isdigit() and class_clash(name) is None
+    return name if usable else f"m_{name}"
 
 
 def _bias(flag: bool) -> str:

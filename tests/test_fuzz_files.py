@@ -1,0 +1,111 @@
+"""The file fuzzer (tests/file_mutations.py), a fixed sample per run (CI_SAMPLE),
+each case in the guarded worker (tests/fuzz_guard.py) and meeting the spec fuzzer's
+oracle (in time and memory, a documented exit status, no traceback). `make fuzz` runs the whole campaign over every
+surface (bench/bench_fuzz.py --files). And the fuzzer and its guard themselves: the
+sample reaches past the readers, a crash is found with its reproducer, a hang and
+a memory hog are stopped."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+
+import pytest
+
+from msgen.hf import config
+from tests.file_mutations import SEED_OF, SURFACES, WEIGHTS, run_case
+from tests.file_seeds import Seeds
+from tests.fuzz_guard import Guard
+
+# The sample: cases 0 .. n - 1 of campaign 0 over each surface. The checkpoint
+# surfaces (hf-config, safetensors, index, source, ranks) and the run tools' (run.json,
+# log.csv, calibration) still crash on inputs their readers do not check yet; they
+# join the sample when those readers do.
+CI_SAMPLE = {"config": 200}  # about 10 s (200 cases in 11 s on a loaded machine)
+SECONDS, MEMORY = 60, 2 << 30
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory) -> Seeds:
+    return Seeds(tmp_path_factory.mktemp("seeds"))
+
+
+@pytest.fixture(scope="module")
+def sample(seeds, tmp_path_factory):
+    """(Case, exit status, stderr, what is wrong) of each case of the sample."""
+    scratch = tmp_path_factory.mktemp("scratch")
+    guard = Guard("tests.file_mutations:guarded_case", SECONDS, MEMORY)
+    previous = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(scratch)  # the worker's scratch, removed with the test's
+    try:
+        results = []
+        for surface, count in CI_SAMPLE.items():
+            seeds.folder(SEED_OF[surface])
+            for i in range(count):
+                done, result = guard.run(str(seeds.root), 0, i, (surface,), None)
+                results.append(result if done else (f"{surface} {i}", "killed", "", [result]))
+    finally:
+        guard.close()
+        os.environ.pop("TMPDIR") if previous is None else os.environ.update(TMPDIR=previous)
+    return results
+
+
+def test_the_sample_meets_the_oracle(sample):
+    failed = [(str(case), wrong, err[-600:]) for case, _, err, wrong in sample if wrong]
+    assert failed == []
+
+
+def test_the_config_sample_reaches_past_the_reader(sample):
+    """Most mutated configs are refused (one line, exit 2), and enough are not that
+    the spec writer and the planner see mutated configs too."""
+    statuses = Counter(status for case, status, _, _ in sample if case.surface == "config")
+    n = sum(statuses.values())
+    assert statuses[2] >= 0.4 * n and statuses[0] + statuses[1] >= 0.1 * n, statuses
+
+
+def test_every_surface_has_a_seed_and_a_weight():
+    assert set(WEIGHTS) == set(SEED_OF) == set(SURFACES) and set(CI_SAMPLE) <= set(SURFACES)
+
+
+# the fuzzer and its guard find what they say they do ----------------------------------
+
+
+def test_a_crash_is_found_with_what_reproduces_it(seeds, monkeypatch, tmp_path):
+    """A reader that raises (as config.json's did before its schema) is a crash, and
+    the case's files are kept with what went wrong."""
+
+    def unhashable(config, name="config.json"):
+        return {[]: 1}
+
+    monkeypatch.setattr(config, "model_of", unhashable)
+    case, status, err, wrong = run_case(seeds, 0, 0, ("config",), keep=tmp_path)
+    assert status == 70 and wrong == ["crashed"] and "TypeError: unhashable type" in err
+    kept = tmp_path / "0"
+    assert (kept / "config.json").is_file() and str(case) in (kept / "CASE.txt").read_text()
+    assert str(case).startswith("case 0 (seed 0) config: config.json")
+
+
+def hog(mib: int) -> int:
+    """Take `mib` MiB, a MiB every 10 ms (written, so it is resident)."""
+    held = []
+    for _ in range(mib):
+        held.append(b"\x01" * (1 << 20))
+        time.sleep(0.01)
+    return len(held)
+
+
+def test_the_guard_stops_a_hang_a_memory_hog_and_a_dying_worker():
+    guard = Guard("time:sleep", seconds=1, memory=MEMORY)
+    began = time.monotonic()
+    assert guard.run(30) == (False, "took more than 1 s")
+    assert time.monotonic() - began < 10
+    assert guard.run(0) == (True, None)  # a new worker takes the next case
+    guard.close()
+    guard = Guard("tests.test_fuzz_files:hog", seconds=60, memory=300 << 20)
+    assert guard.run(5) == (True, 5)
+    assert guard.run(4000) == (False, "grew past 0.292969 GiB")
+    guard.close()
+    guard = Guard("os:_exit", seconds=60, memory=MEMORY)
+    assert guard.run(3) == (False, "the worker died (exit code 3)")
+    guard.close()
