@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from msgen.base import tree as output
 from msgen.checks.reserved import camel, template_names
 from msgen.cli import main
-from msgen.commands import tree as output
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "tests" / "cases" / "base.msl"

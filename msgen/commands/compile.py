@@ -8,7 +8,7 @@ from pathlib import Path
 
 from msgen.analysis.plan import build_plan
 from msgen.base.status import EXIT_OK, EXIT_STALE, EXIT_USAGE
-from msgen.commands.tree import (
+from msgen.base.tree import (
     DamagedManifest,
     EditedByHand,
     InTheWay,

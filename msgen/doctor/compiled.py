@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from msgen.commands.tree import compiled_record
+from msgen.base.tree import compiled_record
 
 PLAN = "plan.json"
 PLAN_CAP = 64 << 20  # bytes; a 4,096-device plan.json is some 135 KB

@@ -1,7 +1,7 @@
 """Code generation: `emit(plan, spec_path, sets) -> {relative path: text}`, pure and in
 memory.
 
-Writing to disk, `--check` and the diff all consume that dict (msgen/commands/tree.py).
+Writing to disk, `--check` and the diff all consume that dict (msgen/base/tree.py).
 A tree compiled with `--set` records the flags (`sets`, as msgen.syntax.overrides.recorded
 writes them) in manifest.json and plan.json, and says so at the top of train.py and of
 the launch scripts: `msgen doctor` and `msgen report` read them back, and train.py
@@ -16,9 +16,8 @@ from pathlib import Path
 
 from msgen import __version__
 from msgen.analysis.plan import Plan
+from msgen.base.tree import MANIFEST
 from msgen.diagnostics import printable
-
-MANIFEST = "manifest.json"
 
 
 def header_lines(spec_path: str, sha256: str) -> tuple[str, str]:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from msgen.base.files import STAGED, interrupts_deferred, new_file_mode, stage
-from msgen.emit import MANIFEST
+
+MANIFEST = "manifest.json"  # every compiled tree's record of itself (it lists itself)
 
 HEADER_MARK = "@generated spec-sha256="
 
