@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msgen.base.status import UsageError
-from msgen.ckpt.slices import stage_devices
+from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
 # what train.py saves beside parameters and moments (the step counters, the loss scale)
@@ -66,6 +66,14 @@ def stage_layouts(result, spec_path: Path) -> list[Stage]:
         layouts = json.loads(text)["parallel_layout_item"]
         stages.append(Stage(text, layouts, stage_devices(next(iter(layouts.values())))))
     return stages
+
+
+def rank_shapes(logical: dict, layouts: dict) -> dict[str, tuple[int, ...]]:
+    """The slice shape of each tensor a rank of a stage with these layouts holds."""
+    try:
+        return {n: slice_shape(logical[n], layout) for n, layout in layouts.items() if n in logical}
+    except LayoutError as exc:
+        raise UsageError(f"the mesh cannot hold the spec's tensors: {exc}") from exc
 
 
 def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]], where=""):
