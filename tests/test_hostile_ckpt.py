@@ -57,10 +57,8 @@ def listing(folder: Path) -> dict[str, bytes | None]:
     }
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """(tree, run at step 5 on the spec's mesh, full state, run at step 4)."""
-    base = tmp_path_factory.mktemp("runs")
+def build_runs(base: Path):
+    """(tree, run at step 5 on the spec's mesh, its full state, run at step 4)."""
     tree = compile_spec(SPEC, base / "tree")
     full = full_state(tree, 5)
     write_run(tree, base / "run", full, 5)
@@ -68,15 +66,23 @@ def runs(tmp_path_factory):
     return tree, base / "run", full, base / "run4"
 
 
-@pytest.fixture(scope="module")
-def hf(tmp_path_factory):
+def build_hf(base: Path):
     """(Hugging Face folder, the spec import hf wrote for it)."""
-    base = tmp_path_factory.mktemp("hf")
     hf_model("llama", base / "hf", torch.float32)
     spec = base / "m.msl"
     code, err = msgen("import", "hf", base / "hf" / "config.json", "-o", spec, "--seq", SEQ)
     assert code == 0, err
     return base / "hf", spec
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return build_runs(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    return build_hf(tmp_path_factory.mktemp("hf"))
 
 
 def copy_of(folder: Path, dest: Path) -> Path:
