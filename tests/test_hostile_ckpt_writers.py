@@ -154,21 +154,23 @@ KILLS = {"merge": check_merge, "reshard": check_reshard, "from-hf": check_from_h
     "command",
     ["from-hf", *(pytest.param(c, marks=pytest.mark.slow) for c in ("merge", "reshard", "to-hf"))],
 )
-def test_killed_mid_write_then_run_again(runs, hf, sliced, tmp_path, command):
+def test_killed_mid_write_then_run_again(request, tmp_path, command):
     """Killed by SIGKILL while its scratch fills: the output is as it was (absent, or
     for reshard --force the previous output, byte for byte); run again it succeeds and
     nothing of the killed run remains beside it (its scratch, its lock file)."""
     check = KILLS[command]
     out = tmp_path / "o" / ("m.ckpt" if command == "merge" else "out")
+    ran = request.getfixturevalue("runs") if command in ("merge", "reshard") else None
+    made = None if ran else request.getfixturevalue("hf")
     argv = {
-        "merge": ["ckpt", "merge", SPEC, runs[1]],
-        "reshard": ["ckpt", "reshard", SPEC, runs[1], "--force", *TP4],
-        "from-hf": ["ckpt", "from-hf", hf[1], hf[0], *TP2],
-        "to-hf": ["ckpt", "to-hf", hf[1], sliced, *TP2],
-    }[command] + ["-o", out]
+        "merge": lambda: ["ckpt", "merge", SPEC, ran[1]],
+        "reshard": lambda: ["ckpt", "reshard", SPEC, ran[1], "--force", *TP4],
+        "from-hf": lambda: ["ckpt", "from-hf", made[1], made[0], *TP2],
+        "to-hf": lambda: ["ckpt", "to-hf", made[1], request.getfixturevalue("sliced"), *TP2],
+    }[command]() + ["-o", out]
     before = None
     if command == "reshard":  # an output there already, which --force replaces
-        assert msgen("ckpt", "reshard", SPEC, runs[1], "-o", out, *DP8)[0] == 0
+        assert msgen("ckpt", "reshard", SPEC, ran[1], "-o", out, *DP8)[0] == 0
         before = listing(out)
     out.parent.mkdir(exist_ok=True)
     killed_mid_write(argv, out)
@@ -177,4 +179,4 @@ def test_killed_mid_write_then_run_again(runs, hf, sliced, tmp_path, command):
     code, err = msgen(*argv)
     assert code == 0, err
     assert sorted(p.name for p in out.parent.iterdir()) == [out.name]
-    check(runs if command in ("merge", "reshard") else hf, out)
+    check(ran or made, out)
