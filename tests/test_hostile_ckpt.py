@@ -280,6 +280,11 @@ SOURCES = {
         ["config", "hidden_size"],
     ),
     "nested past the parser": (lambda d: "[" * 100_000 + "]" * 100_000, ["nested deeper"]),
+    # found by fuzzing: a config of another model than the spec's (MLP biases)
+    "config of another model": (
+        lambda d: {**d, "config": {**d["config"], "mlp_bias": True}},
+        ["config is not the spec's model", "decoder.0.gate.bias is not a parameter"],
+    ),
 }
 
 

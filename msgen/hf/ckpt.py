@@ -30,7 +30,7 @@ from msgen.ckpt.slices import slice_of
 from msgen.ckpt.transform import load
 from msgen.diagnostics import printable
 from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
-from msgen.hf.layout import hf_names, msgen_prefix, to_hf, to_msgen
+from msgen.hf.layout import hf_names, hf_shapes, msgen_prefix, to_hf, to_msgen
 from msgen.hf.tensors import (
     as_float32,
     encode,
@@ -230,10 +230,32 @@ def _source(path: Path) -> dict:
     return source
 
 
+def _same_model(model: HfModel, expected: dict, where: str) -> None:
+    """The model a config describes has the spec's parameters, names and shapes (by
+    the tensors transformers would give it, converted): checked before anything is
+    read, so a config of another model is one line, not a failed conversion."""
+    shapes = hf_shapes(model)
+
+    def zeros(name: str) -> np.ndarray:
+        return np.broadcast_to(np.float32(0), shapes[name])
+
+    try:
+        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+    except UsageError as exc:
+        raise UsageError(f"{where} is not the spec's model: {exc}") from None
+
+
 def to_hf_command(result, options: CkptOptions) -> int:
     source_file = (options.origin or options.source) / SOURCE_FILE
     source = _source(source_file)
-    model = _model(source["config"], f"{printable(str(source_file))}: config")
+    where = f"{printable(str(source_file))}: config"
+    model = _model(source["config"], where)
+    shapes = hf_shapes(model)  # the config's model is the spec's, or nothing is read
+    try:
+        zeros = lambda name: np.broadcast_to(np.float32(0), shapes[name])  # noqa: E731
+        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, spec_params(result))
+    except UsageError as exc:
+        raise UsageError(f"{where} is not the spec's model: {exc}") from None
     inputs = {"the checkpoint folder": options.source}
     if options.origin:
         inputs["--from-hf"] = options.origin
