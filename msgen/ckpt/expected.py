@@ -10,6 +10,7 @@ from pathlib import Path
 
 from msgen.base.status import UsageError
 from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
+from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
 # what train.py saves beside parameters and moments (the step counters, the loss scale)
@@ -85,7 +86,7 @@ def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ..
         if name in STATE:
             continue
         if name not in want:
-            raise UsageError(f"{at}{name} is not a parameter of the spec")
+            raise UsageError(f"{at}{printable(name)} is not a parameter of the spec")
         if tuple(shape) != tuple(want[name]):
             raise UsageError(f"{at}{name} is {list(shape)} here, {list(want[name])} in the spec")
     moments = any(n.startswith(MOMENTS) for n in got)

@@ -29,6 +29,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -239,6 +240,8 @@ def claim(output: Path, inputs: dict[str, Path], force: bool, forms: Forms | Non
             staged = scratch / "output"
             if folder:
                 staged.mkdir()
+                if output.is_dir():  # a replaced folder keeps its mode (shared, private)
+                    os.chmod(staged, stat.S_IMODE(output.stat().st_mode))
             (scratch / "work").mkdir()
             yield Claim(output, staged, scratch / "work")
             if folder:
@@ -250,8 +253,9 @@ def claim(output: Path, inputs: dict[str, Path], force: bool, forms: Forms | Non
 
 def _switch(staged: Path, output: Path, folder: bool) -> None:
     with interrupts_deferred():
-        if not folder:
-            os.chmod(staged, new_file_mode())
+        if not folder:  # a replaced file keeps its mode, as msgen's write_file does
+            mode = stat.S_IMODE(output.stat().st_mode) if output.exists() else new_file_mode()
+            os.chmod(staged, mode)
             os.replace(staged, output)
             return
         old = output.with_name(f".{output.name}{OLD}")

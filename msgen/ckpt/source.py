@@ -67,8 +67,10 @@ def held(file: Path, want: dict[str, tuple[int, ...]], mesh: str) -> None:
     """`file` holds the tensors `want` gives it (per `mesh`, for the message)."""
     try:
         got = tensor_shapes(file)
-    except (CkptFileError, OSError) as exc:
-        raise UsageError(f"cannot read {printable(str(file))}: not a checkpoint ({exc})") from None
+    except CkptFileError as exc:
+        raise UsageError(f"{printable(str(file))} is not a checkpoint ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {printable(str(file))}: {exc.strerror}") from None
     try:
         check_tensors(got, want)
     except UsageError as exc:
