@@ -56,7 +56,7 @@ RANK_FILES = re.compile(
 class Forms:
     """What a writer owns in its output folder: the top-level names it replaces."""
 
-    command: str  # "ckpt reshard", for messages
+    command: str  # "ckpt reshard", for its messages
     names: re.Pattern
 
 
@@ -177,8 +177,8 @@ def _foreign(output: Path, forms: Forms) -> list[Path]:
             if theirs:
                 raise UsageError(
                     f"-o {_shown(output)}: {_shown(entry / theirs[0])} is not a file train.py "
-                    f"or msgen writes, and --force would remove it with {entry.name}: "
-                    "move it away, or name another output"
+                    f"or msgen writes, and {forms.command} --force would remove it with "
+                    f"{entry.name}: move it away, or name another output"
                 )
     return kept
 
