@@ -119,6 +119,26 @@ def test_a_rank_folder_train_py_never_names_is_refused_not_taken_for_another(run
     one_line(code, err, "rank_01 is not a rank folder train.py writes")
 
 
+def test_the_shapes_read_from_headers_are_mindspores(runs, tmp_path):
+    """msgen.ckpt.ckptfile reads names and shapes without the data: the same as
+    MindSpore's load_checkpoint for a run's slices, a scalar, a CRC-checked file with a
+    string beside the tensors; a truncated or foreign file is a CkptFileError."""
+    from msgen.ckpt.ckptfile import CkptFileError, tensor_shapes
+
+    path = tmp_path / "extra.ckpt"
+    data = [{"name": "w", "data": ms.Tensor(np.ones((3, 0, 2), np.float16))}]
+    ms.save_checkpoint(data, str(path), crc_check=True, append_dict={"step": 7, "tag": "x"})
+    for file in [path, *sorted(runs[1].glob("rank_*/step_*.ckpt"))[:3]]:
+        want = {n: tuple(v.shape) for n, v in ms.load_checkpoint(str(file)).items()
+                if not isinstance(v, str)}  # fmt: skip
+        assert tensor_shapes(file) == want, file
+    whole = (runs[1] / "rank_0" / "step_00000005.ckpt").read_bytes()
+    for damaged in (whole[: len(whole) // 2], b"\x0a\xff", b"not a checkpoint\n", b""):
+        path.write_bytes(damaged)
+        with pytest.raises(CkptFileError):
+            tensor_shapes(path)
+
+
 # 5. A FIFO, and an index pointing out of its folder ---------------------------------
 
 
