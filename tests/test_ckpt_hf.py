@@ -139,6 +139,18 @@ def test_to_hf_gives_back_the_source_bit_for_bit(tmp_path, family, dtype):
     assert again.config.model_type == family
 
 
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_the_tensors_a_config_gives_are_those_transformers_saves(tmp_path, family):
+    """hf_shapes (what to-hf holds source.json's config against): every name and shape
+    of the model transformers builds from the config, biases and tied heads included."""
+    from msgen.hf.config import model_of, read_config
+    from msgen.hf.layout import hf_shapes
+
+    hf_model(family, tmp_path, torch.float32)
+    saved = {n: e.shape for n, e in read_header(tmp_path / "model.safetensors")[0].items()}
+    assert hf_shapes(model_of(read_config(tmp_path / "config.json"))) == saved
+
+
 def test_a_transposed_array_is_written_in_its_logical_order(tmp_path):
     """safetensors 0.8.0 writes a non-contiguous array's memory order (upstream
     issue 825); msgen's writer writes the logical order, read back by safetensors."""

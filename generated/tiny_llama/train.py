@@ -513,6 +513,13 @@ def restore(folder, state, chosen=None):
     if missing:
         fail(f"--resume: {path} lacks {missing[:5]} (saved from another spec or mesh?)")
     for name, p in state.items():
+        if tuple(saved[name].shape) != tuple(p.shape):
+            fail(
+                f"--resume: {name} is {list(saved[name].shape)} in {path}, {list(p.shape)} "
+                "here: a step saved under another mesh; move it away (msgen ckpt reshard "
+                "writes a run folder for this mesh)"
+            )
+    for name, p in state.items():
         p.set_data(saved[name])
     return step
 
@@ -603,19 +610,36 @@ def write_run_json(folder, rank, world, start):
     staged.replace(path)
 
 
-# What makes a rank's folder hold a run: a run never starts over one unless told
-# (--resume continues it, --overwrite removes these first).
-RUN_FILES = ("log.csv", "step_*.ckpt")
+# What makes a rank's folder hold a run: the files train.py writes there, log.csv and
+# its step_<N>.ckpt (--resume continues them, --overwrite removes them first). Only these
+# names: a file of the user's beside them (a step_best.ckpt) is never taken or removed.
+LOG_FILE = "log.csv"
+
+
+def step_of(name):
+    """N of a file name train.py gives a checkpoint, step_<N>.ckpt (N in ASCII digits),
+    else None."""
+    if not (name.startswith("step_") and name.endswith(".ckpt")):
+        return None
+    digits = name[len("step_") : -len(".ckpt")]
+    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 def checkpoints(folder):
     """(step, path) of each step_<N>.ckpt in `folder`, by step."""
     found = []
     for path in folder.glob("step_*.ckpt"):
-        digits = path.name[len("step_") : -len(".ckpt")]
-        if digits.isdigit():
-            found.append((int(digits), path))
+        step = step_of(path.name)
+        if step is not None and not path.is_dir():
+            found.append((step, path))
     return sorted(found)
+
+
+def run_files(folder):
+    """The files of a run train.py wrote in `folder`: its log and checkpoints."""
+    log = folder / LOG_FILE
+    found = [path for _, path in checkpoints(folder)]
+    return sorted(found + [log] if os.path.lexists(log) else found)
 
 
 def prepare_output(args, rank):
@@ -626,7 +650,7 @@ def prepare_output(args, rank):
     for path in (args.output, folder):
         if path.exists() and not path.is_dir():
             fail(f"--output {args.output}: {path} is not a folder")
-    found = sorted(p for pattern in RUN_FILES for p in folder.glob(pattern))
+    found = run_files(folder)
     if found and not (args.resume or args.overwrite):
         names = ", ".join(p.name for p in found[:3]) + ", ..." * (len(found) > 3)
         fail(
@@ -686,7 +710,7 @@ def choose_checkpoint(folder):
             f"--resume: nothing to resume in {folder} (no step_<N>.ckpt); "
             "run without --resume to start"
         )
-    check_log(folder / "log.csv")
+    check_log(folder / LOG_FILE)
     passed = []
     for _, path in reversed(found):
         try:
@@ -941,7 +965,7 @@ def main():
             on_trace_ready=tensorboard_trace_handler(str(folder / "profile")),
         )
     log_file, skipped_total = open_log(
-        folder / "log.csv", start if args.resume else None
+        folder / LOG_FILE, start if args.resume else None
     )
     with log_file:
         log = csv.writer(log_file)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msgen.base.status import UsageError
-from msgen.ckpt.slices import stage_devices
+from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
+from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
 # what train.py saves beside parameters and moments (the step counters, the loss scale)
@@ -68,6 +69,14 @@ def stage_layouts(result, spec_path: Path) -> list[Stage]:
     return stages
 
 
+def rank_shapes(logical: dict, layouts: dict) -> dict[str, tuple[int, ...]]:
+    """The slice shape of each tensor a rank of a stage with these layouts holds."""
+    try:
+        return {n: slice_shape(logical[n], layout) for n, layout in layouts.items() if n in logical}
+    except LayoutError as exc:
+        raise UsageError(f"the mesh cannot hold the spec's tensors: {exc}") from exc
+
+
 def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]], where=""):
     """`got` is a checkpoint of the spec whose tensors are `want`: every name known and
     of its shape, every parameter there, the moments all there or none (weights only).
@@ -77,7 +86,7 @@ def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ..
         if name in STATE:
             continue
         if name not in want:
-            raise UsageError(f"{at}{name} is not a parameter of the spec")
+            raise UsageError(f"{at}{printable(name)} is not a parameter of the spec")
         if tuple(shape) != tuple(want[name]):
             raise UsageError(f"{at}{name} is {list(shape)} here, {list(want[name])} in the spec")
     moments = any(n.startswith(MOMENTS) for n in got)

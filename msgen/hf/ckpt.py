@@ -3,8 +3,10 @@ MindSpore checkpoint `train.py --init-from` loads, and a checkpoint back to safe
 with the source model's names, dtypes and config.json.
 
 Tensors move one at a time (msgen.hf.tensors maps the files), are checked against the
-spec's parameters by name and shape before anything is written, and are written
-atomically. MindSpore is imported only here, to write and read its checkpoint format.
+spec's parameters by name and shape before anything is written; every header and
+index is validated before a byte is converted (msgen.hf.tensors), and the output is
+staged and switched in whole by one writer at a time (msgen.ckpt.output). MindSpore is
+imported only here, to write and read its checkpoint format.
 """
 
 from __future__ import annotations
@@ -18,17 +20,18 @@ from pathlib import Path
 
 import numpy as np
 
-from msgen.base.files import new_file_mode
+from msgen.base.readers import BadInput, Dict, Obj, Str, load_json
 from msgen.base.status import EXIT_OK, UsageError
-from msgen.ckpt.command import scratch, whole_checkpoint
+from msgen.ckpt.command import whole_checkpoint
 from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
-from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE
+from msgen.ckpt.output import HF_FORMS, RUN_FORMS, Forms, claim
+from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE, what_it_is
 from msgen.ckpt.slices import slice_of
 from msgen.ckpt.transform import load
-from msgen.hf.config import HfConfigError, HfModel, model_of, read_config
-from msgen.hf.layout import hf_names, msgen_prefix, to_hf, to_msgen
+from msgen.diagnostics import printable
+from msgen.hf.config import HfModel, model_of, read_config
+from msgen.hf.layout import hf_names, hf_shapes, msgen_prefix, to_hf, to_msgen
 from msgen.hf.tensors import (
-    TensorFileError,
     as_float32,
     encode,
     from_float32,
@@ -38,6 +41,11 @@ from msgen.hf.tensors import (
 
 SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size
 DTYPE_OF = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+INDEX_FILE = "model.safetensors.index.json"
+JSON_LIMIT = 64 << 20  # an index or source.json: about 100 bytes a tensor
+INDEX = Obj(required={"weight_map": Dict(Str(max_len=255))})
+SOURCE = Obj(required={"config": Obj(), "dtypes": Dict(Str(max_len=16))})
+FLOATS = ("F64", "F32", "F16", "BF16")  # what to-hf writes a float32 tensor back as
 
 
 @dataclass(frozen=True)
@@ -50,70 +58,46 @@ class CkptOptions:
     origin: Path | None = None  # to-hf of a run: the from-hf folder it started from
 
 
+def _shard(index: Path, name: str, file: str) -> Path:
+    """The shard `file` the index names for tensor `name`: a plain file name in the
+    index's folder (never a path out of it), and a regular file there."""
+    shown = f"{printable(str(index))}: weight_map.{printable(name)}"
+    if file in ("", ".", "..") or any(c in file for c in "/\\\0"):
+        raise BadInput(f"{shown}: {printable(file)!r} is not a file name in its folder")
+    path = index.parent / file
+    if not path.exists():
+        raise UsageError(f"missing shard {printable(str(path))} named in {index.name}")
+    kind = what_it_is(path)
+    if kind != "a regular file":
+        raise BadInput(f"{shown}: {printable(file)} is {kind}, not a safetensors file")
+    return path
+
+
 def _hf_files(folder: Path) -> dict[str, Path]:
     """Tensor name -> the safetensors file holding it (one file, or a sharded set with
     its index)."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"{index} is not a safetensors index: {exc}") from exc
-        files = {name: folder / file for name, file in weight_map.items()}
-        missing = sorted({str(p) for p in files.values() if not p.is_file()})
-        if missing:
-            raise UsageError(f"missing shard {missing[0]} named in {index.name}")
-        return files
+    index = folder / INDEX_FILE
+    if os.path.lexists(index):
+        weight_map = load_json(index, JSON_LIMIT, INDEX)["weight_map"]
+        return {name: _shard(index, name, file) for name, file in weight_map.items()}
     single = folder / "model.safetensors"
-    if not single.is_file():
-        raise UsageError(f"{folder} has no model.safetensors nor model.safetensors.index.json")
-    return {name: single for name in _header(single)[0]}
-
-
-def _header(path: Path):
-    try:
-        return read_header(path)
-    except (OSError, TensorFileError) as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _model(config: Path) -> HfModel:
-    try:
-        return model_of(read_config(config))
-    except HfConfigError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _fresh_folder(folder: Path, force: bool) -> None:
-    if folder.exists() and not folder.is_dir():
-        raise UsageError(f"-o {folder} is not a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not force:
-        raise UsageError(f"-o {folder} is not empty; add --force to write into it")
-    folder.mkdir(parents=True, exist_ok=True)
-
-
-def _write_bytes(path: Path, chunks) -> None:
-    """Stage beside `path`, then rename over it: no reader sees half a file."""
-    tmp = path.with_name(f".{path.name}.msgen-new")
-    try:
-        with open(tmp, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.chmod(tmp, new_file_mode())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    if not single.exists():
+        raise UsageError(f"{printable(str(folder))} has no model.safetensors nor {INDEX_FILE}")
+    return {name: single for name in read_header(single)[0]}
 
 
 def from_hf(result, options: CkptOptions) -> int:
     import mindspore as ms
 
-    model = _model(options.source / "config.json")
+    config = read_config(options.source / "config.json")
+    model = model_of(config, printable(str(options.source / "config.json")))
     files = _hf_files(options.source)
-    headers = {path: _header(path) for path in set(files.values())}
+    headers = {path: read_header(path) for path in set(files.values())}
     absent = [n for n in hf_names(model) if n not in headers.get(files.get(n), ({},))[0]]
     if absent:
-        raise UsageError(f"{absent[0]} is not in {options.source} (another model?)")
+        raise UsageError(
+            f"{printable(absent[0])} is not in {printable(str(options.source))} (another model?)"
+        )
     entries = {name: headers[files[name]][0][name] for name in hf_names(model)}
     dtypes = {name: e.dtype for name, e in entries.items()}
     shapes = {name: e.shape for name, e in entries.items()}
@@ -131,33 +115,24 @@ def from_hf(result, options: CkptOptions) -> int:
     dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}
     param = dtype[result.spec.model.param_dtype.value]
     stages = stage_layouts(result, options.spec)
-    _fresh_folder(options.output, options.force)
-    if stages:
-        count = _write_ranks(model, load, zeros, stages, param, options.output)
-        wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
-    else:
-        tensors = (
-            (n, ms.Tensor(np.ascontiguousarray(a), dtype=param)) for n, a in to_msgen(model, load)
-        )
-        params = [{"name": n, "data": t} for n, t in tensors]
-        _save(params, options.output / INIT_FILE)
-        wrote = f"{options.output / INIT_FILE}: {len(params)} parameters"
-    config = json.loads((options.source / "config.json").read_text(encoding="utf-8"))
-    source = {"config": config, "dtypes": dtypes}
-    _write_bytes(options.output / SOURCE_FILE, [json.dumps(source, indent=1).encode()])
-    print(f"wrote {wrote}", file=sys.stderr)
+    forms = Forms("ckpt from-hf", RUN_FORMS)
+    inputs = {"the Hugging Face folder": options.source}
+    with claim(options.output, inputs, options.force, forms) as held:
+        if stages:
+            count = _write_ranks(model, load, zeros, stages, param, held.staged, held.work)
+            wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
+        else:
+            tensors = (
+                (n, ms.Tensor(np.ascontiguousarray(a), dtype=param))
+                for n, a in to_msgen(model, load)
+            )
+            params = [{"name": n, "data": t} for n, t in tensors]
+            ms.save_checkpoint(params, str(held.staged / INIT_FILE))
+            wrote = f"{options.output / INIT_FILE}: {len(params)} parameters"
+        source = {"config": config, "dtypes": dtypes}
+        (held.staged / SOURCE_FILE).write_text(json.dumps(source, indent=1), encoding="utf-8")
+    print(f"wrote {printable(wrote)}", file=sys.stderr)
     return EXIT_OK
-
-
-def _save(params: list[dict], path: Path) -> None:
-    import mindspore as ms
-
-    tmp = path.with_name(f".{path.stem}.msgen-new.ckpt")  # save_checkpoint appends .ckpt otherwise
-    try:
-        ms.save_checkpoint(params, str(tmp))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _ckpt_bytes(name: str, array: np.ndarray, dtype, scratch: Path) -> bytes:
@@ -184,11 +159,11 @@ def _append(data: bytes, paths: list[Path]) -> None:
             out.write(data)
 
 
-def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> int:
+def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path, work: Path) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
     beside them (so the folder merges as a run does). Stage by stage, each tensor the
     stage holds is read once and its slice for every rank of the stage appended to that
-    rank's staged file: host memory is one tensor and its slices."""
+    rank's file: host memory is one tensor and its slices."""
 
     prefixes = {n: msgen_prefix(model, n) for n in hf_names(model)}
     rank = 0
@@ -201,73 +176,108 @@ def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path) -> in
 
         folders = [output / f"rank_{rank + local}" for local in range(stage.devices)]
         for folder in folders:
-            folder.mkdir(exist_ok=True)
-            _write_bytes(folder / STRATEGY_FILE, [stage.text.encode()])
-        staged = [folder / f".{INIT_FILE}.msgen-new" for folder in folders]
-        scratch = output / ".slice.msgen-new.ckpt"  # save_checkpoint appends .ckpt otherwise
-        try:
-            for path in staged:
-                path.write_bytes(b"")
-            for name, array in to_msgen(model, get):
-                if name not in needed:
-                    continue
-                # the ranks holding each slice (replicas hold the same view), one
-                # encoding of it in memory at a time
-                holders: dict[tuple, tuple[np.ndarray, list[Path]]] = {}
-                for local, path in enumerate(staged):
-                    cut = slice_of(array, stage.layouts[name], local)
-                    key = (cut.__array_interface__["data"][0], cut.shape, cut.strides)
-                    holders.setdefault(key, (cut, []))[1].append(path)
-                for cut, paths in holders.values():
-                    _append(_ckpt_bytes(name, cut, param, scratch), paths)
-            for path, folder in zip(staged, folders):
-                os.chmod(path, stat.S_IRUSR)  # as save_checkpoint leaves its files
-                os.replace(path, folder / INIT_FILE)
-        finally:
-            for path in staged:
-                path.unlink(missing_ok=True)
+            folder.mkdir()
+            (folder / STRATEGY_FILE).write_text(stage.text, encoding="utf-8")
+        files = [folder / INIT_FILE for folder in folders]
+        scratch = work / "slice.ckpt"  # save_checkpoint appends .ckpt otherwise
+        for path in files:
+            path.write_bytes(b"")
+        for name, array in to_msgen(model, get):
+            if name not in needed:
+                continue
+            # the ranks holding each slice (replicas hold the same view), one
+            # encoding of it in memory at a time
+            holders: dict[tuple, tuple[np.ndarray, list[Path]]] = {}
+            for local, path in enumerate(files):
+                cut = slice_of(array, stage.layouts[name], local)
+                key = (cut.__array_interface__["data"][0], cut.shape, cut.strides)
+                holders.setdefault(key, (cut, []))[1].append(path)
+            for cut, paths in holders.values():
+                _append(_ckpt_bytes(name, cut, param, scratch), paths)
+        for path in files:
+            os.chmod(path, stat.S_IRUSR)  # as save_checkpoint leaves its files
         rank += stage.devices
     return rank
 
 
+def _source(path: Path) -> dict:
+    """from-hf's source.json: the source config and each tensor's dtype, checked."""
+    if not path.is_file():
+        raise UsageError(
+            f"{printable(str(path))} not found: name the folder from-hf wrote with --from-hf"
+        )
+    source = load_json(path, JSON_LIMIT, SOURCE)
+    for name, kind in source["dtypes"].items():
+        if kind not in FLOATS:
+            raise BadInput(
+                f"{printable(str(path))}: dtypes.{printable(name)}: {printable(kind)!r} is "
+                f"not one of {', '.join(FLOATS)}"
+            )
+    return source
+
+
+def _same_model(model: HfModel, expected: dict, where: str) -> None:
+    """The model a config describes has the spec's parameters, names and shapes (by
+    the tensors transformers would give it, converted): checked before anything is
+    read, so a config of another model is one line, not a failed conversion."""
+    shapes = hf_shapes(model)
+
+    def zeros(name: str) -> np.ndarray:
+        return np.broadcast_to(np.float32(0), shapes[name])
+
+    try:
+        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+    except UsageError as exc:
+        raise UsageError(f"{where} is not the spec's model: {exc}") from None
+
+
 def to_hf_command(result, options: CkptOptions) -> int:
-
     source_file = (options.origin or options.source) / SOURCE_FILE
-    if not source_file.is_file():
-        raise UsageError(f"{source_file} not found: name the folder from-hf wrote with --from-hf")
-    source = json.loads(source_file.read_text(encoding="utf-8"))
-    model = model_of(source["config"])
-    with scratch(options.output.parent) as work:  # a run's slices merged first
-        step, checkpoint = whole_checkpoint(result, options.spec, options.source, work)
+    source = _source(source_file)
+    where = f"{printable(str(source_file))}: config"
+    model = model_of(source["config"], where)
+    shapes = hf_shapes(model)  # the config's model is the spec's, or nothing is read
+    try:
+        zeros = lambda name: np.broadcast_to(np.float32(0), shapes[name])  # noqa: E731
+        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, spec_params(result))
+    except UsageError as exc:
+        raise UsageError(f"{where} is not the spec's model: {exc}") from None
+    inputs = {"the checkpoint folder": options.source}
+    if options.origin:
+        inputs["--from-hf"] = options.origin
+    forms = Forms("ckpt to-hf", HF_FORMS)
+    with claim(options.output, inputs, options.force, forms) as held:
+        # a run's slices merged first
+        step, checkpoint = whole_checkpoint(result, options.spec, options.source, held.work)
         saved = load(checkpoint)
-    expected = spec_params(result)
-    check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
+        expected = spec_params(result)
+        check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
 
-    def get(name: str) -> np.ndarray:
-        return saved[name].float().asnumpy()
+        def get(name: str) -> np.ndarray:
+            return saved[name].float().asnumpy()
 
-    tensors = {}
-    for name, array in to_hf(model, get):
-        kind = source["dtypes"].get(name, "F32")
-        tensors[name] = (from_float32(array, kind), kind)
-    _fresh_folder(options.output, options.force)
-    shards = _shards(tensors, options.shard_bytes)
-    for file, names in shards.items():
-        _write_bytes(
-            options.output / file, encode({n: tensors[n] for n in names}, {"format": "pt"})
+        tensors = {}
+        for name, array in to_hf(model, get):
+            kind = source["dtypes"].get(name, "F32")
+            tensors[name] = (from_float32(array, kind), kind)
+        shards = _shards(tensors, options.shard_bytes)
+        for file, names in shards.items():
+            with open(held.staged / file, "wb") as f:
+                f.writelines(encode({n: tensors[n] for n in names}, {"format": "pt"}))
+        if len(shards) > 1:
+            index = {
+                "metadata": {"total_size": sum(t[0].nbytes for t in tensors.values())},
+                "weight_map": {n: f for f, names in shards.items() for n in sorted(names)},
+            }
+            (held.staged / INDEX_FILE).write_text(json.dumps(index, indent=2), encoding="utf-8")
+        (held.staged / "config.json").write_text(
+            json.dumps(source["config"], indent=2), encoding="utf-8"
         )
-    if len(shards) > 1:
-        index = {
-            "metadata": {"total_size": sum(t[0].nbytes for t in tensors.values())},
-            "weight_map": {n: f for f, names in shards.items() for n in sorted(names)},
-        }
-        _write_bytes(
-            options.output / "model.safetensors.index.json", [json.dumps(index, indent=2).encode()]
-        )
-    _write_bytes(options.output / "config.json", [json.dumps(source["config"], indent=2).encode()])
     at = f"step {step} of " if step else ""
     print(
-        f"wrote {options.output}: {len(tensors)} tensors from {at}{options.source}", file=sys.stderr
+        f"wrote {printable(str(options.output))}: {len(tensors)} tensors from "
+        f"{at}{printable(str(options.source))}",
+        file=sys.stderr,
     )
     return EXIT_OK
 

@@ -78,6 +78,27 @@ def hf_names(m: HfModel) -> list[str]:
     return names
 
 
+def hf_shapes(m: HfModel) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the Hugging Face model with the shape transformers gives it
+    (nn.Linear weights [out, in], biases [out], embeddings [vocab, hidden])."""
+    q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+    rows = {"q_proj": q, "k_proj": kv, "v_proj": kv, "o_proj": m.hidden}
+    rows |= {"gate_proj": m.ffn, "up_proj": m.ffn, "down_proj": m.hidden}
+    cols = {"o_proj": q, "down_proj": m.ffn}
+    shapes = {}
+    for name in hf_names(m):
+        module, _, kind = name.rpartition(".")
+        proj = module.rpartition(".")[2]
+        if proj in rows:
+            out = rows[proj]
+            shapes[name] = (out, cols.get(proj, m.hidden)) if kind == "weight" else (out,)
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            shapes[name] = (m.vocab, m.hidden)
+        else:  # the RMSNorm weights
+            shapes[name] = (m.hidden,)
+    return shapes
+
+
 def msgen_prefix(m: HfModel, name: str) -> str:
     """The msgen op path (with its trailing dot) the Hugging Face tensor `name` goes
     into, as to_msgen places it."""

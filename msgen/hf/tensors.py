@@ -15,11 +15,17 @@ weight would be saved scrambled; here the bytes are always the logical order's.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 
 import numpy as np
+
+from msgen.base.readers import BadInput, Dict, Int, List, Nullable, Obj, Str, parse_json
+from msgen.diagnostics import printable
 
 # safetensors dtype names -> numpy dtypes (bf16 as its raw bits)
 DTYPES = {
@@ -37,7 +43,7 @@ DTYPES = {
 HEADER_LIMIT = 100 << 20  # safetensors' own cap on the header
 
 
-class TensorFileError(Exception):
+class TensorFileError(BadInput):
     """A file that is not safetensors, or a tensor that is not what its header says."""
 
 
@@ -49,36 +55,90 @@ class Entry:
     end: int
 
 
-def read_header(path: Path) -> tuple[dict[str, Entry], dict[str, str], int]:
-    """(entries by name, metadata, offset of the data) of a safetensors file."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise TensorFileError(f"{path}: too short for safetensors")
-            (size,) = struct.unpack("<Q", raw)
-            if size > HEADER_LIMIT:
-                raise TensorFileError(f"{path}: header of {size} bytes is not safetensors")
-            header = json.loads(f.read(size).decode("utf-8"))
-            total = f.seek(0, 2)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise TensorFileError(f"{path}: not a safetensors header ({exc})") from exc
-    if not isinstance(header, dict):
-        raise TensorFileError(f"{path}: not a safetensors header")
-    metadata = header.pop("__metadata__", None) or {}
+ENTRY = Obj(
+    required={
+        "dtype": Str(max_len=16),
+        "shape": List(Int(0), max_len=64),
+        "data_offsets": List(Int(0), max_len=2),
+    }
+)
+METADATA = Nullable(Dict(Str(max_len=HEADER_LIMIT)))  # safetensors: str -> str, or none
+
+
+def _open_regular(path: Path):
+    """`path` opened for reading if it is a regular file (through links): a FIFO is
+    not waited on, a device not read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TensorFileError(f"{printable(str(path))}: not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _unique(pairs: list) -> dict:
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise ValueError(f"the name {printable(twice)} is there twice")
+    return dict(pairs)
+
+
+def _entries(header: dict, shown: str, data_size: int) -> dict[str, Entry]:
+    """The tensors of a checked header, validated as safetensors validates them
+    (safetensors/src/tensor.rs, `Metadata::validate` and `read_metadata`): each
+    tensor's bytes its dtype and shape's size, and, in offset order, the tensors one
+    after another from 0 (no gap, no overlap) to the end of the file."""
     entries = {}
     for name, info in header.items():
-        try:
-            dtype, shape, (begin, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TensorFileError(f"{path}: bad header entry for {name}") from exc
-        if dtype not in DTYPES:
-            raise TensorFileError(f"{path}: {name} has dtype {dtype}, which msgen does not read")
-        need = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
-        if end - begin != need or begin < 0 or 8 + size + end > total:
-            raise TensorFileError(f"{path}: {name} is cut short or not {dtype}{list(shape)}")
-        entries[name] = Entry(dtype, shape, begin, end)
-    return entries, metadata, 8 + size
+        where = f"{shown}: {printable(name)}"
+        if info["dtype"] not in DTYPES:
+            raise TensorFileError(f"{where}: dtype {printable(info['dtype'])}, which msgen "
+                                  "does not read")  # fmt: skip
+        if len(info["data_offsets"]) != 2:
+            raise TensorFileError(f"{where}: data_offsets is not [begin, end]")
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        if prod(d for d in shape if d) * DTYPES[info["dtype"]].itemsize >= 1 << 63:
+            raise TensorFileError(f"{where}: shape {list(shape)} is larger than any array")
+        if end - begin != prod(shape) * DTYPES[info["dtype"]].itemsize:
+            raise TensorFileError(
+                f"{where}: data_offsets [{begin}, {end}] do not hold {info['dtype']}{list(shape)}"
+            )
+        entries[name] = Entry(info["dtype"], shape, begin, end)
+    at = 0
+    for name, e in sorted(entries.items(), key=lambda item: (item[1].begin, item[1].end)):
+        if e.begin != at:
+            what = "overlaps the tensor before it" if e.begin < at else "leaves a gap before it"
+            raise TensorFileError(f"{shown}: {printable(name)}: data_offsets {what}")
+        at = e.end
+    if at != data_size:
+        raise TensorFileError(
+            f"{shown}: the tensors' data ends at byte {at} of the {data_size} after the header"
+        )
+    return entries
+
+
+def read_header(path: Path) -> tuple[dict[str, Entry], dict[str, str], int]:
+    """(entries by name, metadata, offset of the data) of a safetensors file, every
+    value checked before any is used: one BadInput line naming the file and the key."""
+    shown = printable(str(path))
+    with _open_regular(path) as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise TensorFileError(f"{shown}: too short for safetensors")
+        (size,) = struct.unpack("<Q", raw)
+        total = os.fstat(f.fileno()).st_size
+        if size > HEADER_LIMIT or 8 + size > total:  # the number itself is not shown
+            raise TensorFileError(f"{shown}: its first 8 bytes are no safetensors header size")
+        text = f.read(size)
+    header = parse_json(text, shown, Dict())
+    try:
+        json.loads(text, object_pairs_hook=_unique)
+    except ValueError as exc:
+        raise TensorFileError(f"{shown}: {exc}") from None
+    metadata = METADATA.check(header.pop("__metadata__", None), shown, "__metadata__") or {}
+    Dict(ENTRY).check(header, shown)
+    return _entries(header, shown, total - 8 - size), metadata, 8 + size
 
 
 def read_tensor(path: Path, name: str, header=None) -> tuple[np.ndarray, str]:
@@ -86,14 +146,14 @@ def read_tensor(path: Path, name: str, header=None) -> tuple[np.ndarray, str]:
     `header` is the file's read_header, when the caller has it already."""
     entries, _, start = header or read_header(path)
     if name not in entries:
-        raise TensorFileError(f"{path}: no tensor {name}")
+        raise TensorFileError(f"{printable(str(path))}: no tensor {printable(name)}")
     e = entries[name]
     data = bytearray(e.end - e.begin)  # read into place: the tensor is in memory once
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         f.seek(start + e.begin)
         got = f.readinto(data)
     if got != len(data):
-        raise TensorFileError(f"{path}: {name} is cut short")
+        raise TensorFileError(f"{printable(str(path))}: {printable(name)} is cut short")
     return np.frombuffer(data, DTYPES[e.dtype]).reshape(e.shape), e.dtype
 
 
