@@ -282,6 +282,11 @@ class GradReducer(nn.Cell):
         self.hyper_map = ops.HyperMap()
 
     def construct(self, grads, factor):
+        # A constant factor of exactly 1 (a static loss scale of 1 / micro_batches) is
+        # folded out of `accu_grad * factor`, leaving the buffer itself as the gradient,
+        # which the clearing then zeroes before the optimizer reads it; a value of this
+        # step's graph is not folded.
+        factor = ops.depend(factor, grads)
         return self.hyper_map(
             ops.partial(take_gradient, factor), self.from_mirror, grads, self.accu_grads
         )
