@@ -283,6 +283,9 @@ def timed_steps(run: Run) -> Iterator[tuple[int, list[tuple[float, int]]]]:
             if step > 1 and took > 0 and math.isfinite(took):
                 yield step, took, r.rank
 
+    if len(run.ranks) == 1:
+        yield from ((step, [(took, rank)]) for step, took, rank in timed(run.ranks[0]))
+        return
     for step, at_step in groupby(heapq.merge(*map(timed, run.ranks)), key=lambda x: x[0]):
         yield step, sorted((took, rank) for _, took, rank in at_step)
 

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 
 from msgen.diagnostics import printable
@@ -158,56 +159,52 @@ def read_log(path: Path, where: str) -> Log:
     log = Log()
     with open_regular(path) as f:
         reader = csv.reader(_lines(f, notes, too_long))
-        header = _next(reader, notes)
+        rows = _rows(reader, notes)
+        header = next(rows, None)
         if not header or "step" not in header:
             raise NotALog("no header with a `step` column")
         width, at_step = len(header), header.index("step")
         names = tuple(name for name in COLUMNS if name in header)
         log.table = table = Table(names)
-        picked = [header.index(name) for name in names]
-        steps = log.steps
-        while True:
-            fields = _next(reader, notes)
-            if fields is None:
-                break
-            line = reader.line_num
-            if line in too_long:
-                notes.add(
-                    "too long", f"line {line} is longer than {LINE_LIMIT} characters (ignored)"
-                )
+        picked = itemgetter(at_step, *(header.index(name) for name in names))
+        steps, values, present = log.steps, table.values, table.present
+        for fields in rows:
+            if too_long and reader.line_num in too_long:
+                notes.add("too long", f"line {reader.line_num} is longer than {LINE_LIMIT} "
+                          "characters (ignored)")  # fmt: skip
                 continue
             try:
                 if len(fields) != width:
                     raise ValueError
-                step = int(fields[at_step])
+                step, *texts = picked(fields)
+                step = int(step)
                 if not 0 <= step <= MAX_STEP:
                     raise ValueError
-                texts = [fields[i] for i in picked]
-                values = [float(text) if text else NAN for text in texts]
+                parsed = [float(text) if text else NAN for text in texts]
             except ValueError:
-                notes.add("malformed", f"line {line} is malformed (ignored)")
+                notes.add("malformed", f"line {reader.line_num} is malformed (ignored)")
                 continue
             if steps and step <= steps[-1]:
-                notes.add("repeated", f"line {line} repeats step {step} (the later row kept)")
+                notes.add("repeated", f"line {reader.line_num} repeats step {step} "
+                          "(the later row kept)")  # fmt: skip
                 keep = bisect_left(steps, step)
                 del steps[keep:]
                 table.cut(keep)
             steps.append(step)
-            table.values.extend(values)
-            table.present.extend([text != "" for text in texts])
+            values.extend(parsed)
+            present.extend(map(bool, texts))
     log.notes = notes.done()
     return log
 
 
-def _next(reader, notes: _Notes) -> list[str] | None:
-    """The next row, None at the end; a row the csv module refuses is said and skipped."""
+def _rows(reader, notes: _Notes) -> Iterator[list[str]]:
+    """The reader's rows; a row the csv module refuses is said and skipped."""
     while True:
         before = reader.line_num
         try:
-            return next(reader)
-        except StopIteration:
-            return None
+            yield from reader
+            return
         except csv.Error as exc:
             notes.add("refused", f"line {reader.line_num}: {printable(str(exc))} (ignored)")
             if reader.line_num == before:  # nothing consumed: nothing more to read
-                return None
+                return
