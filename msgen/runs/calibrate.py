@@ -79,7 +79,9 @@ def calibrate(runs: list[Measured], parameters: tuple[str, ...] | None = None):
     params = parameters or default_parameters(plans)
     unknown = [p for p in params if p not in calibration.PARAMETERS]
     if unknown:
-        raise RunError(f"--fit {unknown[0]}: fittable: {', '.join(calibration.PARAMETERS)}")
+        raise RunError(
+            f"--fit {printable(unknown[0])}: fittable: {', '.join(calibration.PARAMETERS)}"
+        )
     if len(runs) < len(params):
         raise RunError(
             f"{len(runs)} run{'s' if len(runs) > 1 else ''} cannot fit {len(params)} "
