@@ -329,7 +329,8 @@ def timing_alarms(run: Run, warm: int, t: Thresholds) -> list[Alarm]:
         quickest = times[0][0]
         mid = None
         if len(ordered) >= t.min_history:
-            mid = middle(ordered)
+            h = len(ordered)  # sorted already
+            mid = ordered[h // 2] if h % 2 else (ordered[h // 2 - 1] + ordered[h // 2]) / 2
         if step > warm and mid is not None and quickest > t.slow_factor * mid:
             if slow is None:
                 slow = [step, tuple(sorted(rank for _, rank in times)), mid, step, 0, quickest]

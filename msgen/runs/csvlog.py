@@ -24,7 +24,6 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 
@@ -74,7 +73,8 @@ class Table:
         """The column's value at each row from row `start` on (None where it has none)."""
         width = len(self.names)
         j = start * width + self.names.index(name)
-        here = zip(islice(self.values, j, None, width), islice(self.present, j, None, width))
+        # a strided copy (C, 9 bytes a row) is read faster than every value skipped
+        here = zip(self.values[j::width], self.present[j::width])
         return (v if p else None for v, p in here)
 
     def cut(self, rows: int) -> None:
