@@ -21,7 +21,7 @@ from pathlib import Path
 from msgen.base.readers import Dict, Num, Obj, Str, load_json
 from msgen.diagnostics import printable
 from msgen.runs import RunError
-from msgen.runs.logs import read_run
+from msgen.runs.logs import Run
 from msgen.runs.summary import summarize
 
 FORMAT = "msgen-calibration 1"
@@ -43,8 +43,9 @@ class Measured:
     step_s: float
 
 
-def measured(folder: Path, result) -> Measured:
-    run = read_run(folder)
+def measured(run: Run, result) -> Measured:
+    """The run's step time, fitted to the analysed spec `result`."""
+    folder = run.folder
     step = summarize(run).step_time_s
     if step is None or not math.isfinite(step) or step <= 0:
         raise RunError(f"{printable(str(folder))}: no step time in its logs to fit to")

@@ -132,14 +132,15 @@ def calibrate_command(options: CalibrateOptions, analyze) -> int:
 
     runs = []
     for folder in options.runs:
-        spec, note = (options.spec, None) if options.spec else spec_named_in(read_run(folder))
+        run = read_run(folder)
+        spec, note = (options.spec, None) if options.spec else spec_named_in(run)
         if spec is None:
             raise RunError(f"{printable(str(folder))}: {note or 'its run.json names no spec here'}"
                            "; give --spec")  # fmt: skip
         result = analyze(spec)
         if not estimable(result):
             raise RunError(f"{printable(str(spec))} has errors: no time model to fit")
-        runs.append(measured(folder, result))
+        runs.append(measured(run, result))
     fit = calibrate(runs, options.fit)
     sys.stdout.write(render(fit, runs))
     if options.output:
