@@ -37,7 +37,8 @@ from bisect import bisect_left, insort
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, repeat
+from operator import itemgetter
 from statistics import median
 
 from msgen.diagnostics import printable
@@ -276,18 +277,21 @@ def valid_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
 def timed_steps(run: Run) -> Iterator[tuple[int, list[tuple[float, int]]]]:
     """(step, [(seconds, rank), ...] fastest first) for each step some rank timed, in
     step order; step 1 left out (the graph compiles then), and any time not above 0.
-    One pass over every rank's log at once: memory for one step's times."""
+    One pass over every rank's log at once (their step-time columns merged by step):
+    memory for one step's times besides the columns."""
 
     def timed(r: RankLog):
-        for step, took in r.series("step_time"):
-            if step > 1 and took > 0 and math.isfinite(took):
-                yield step, took, r.rank
+        values, present = r.table.strided("step_time")
+        return zip(r.steps, values, present, repeat(r.rank))
 
-    if len(run.ranks) == 1:
-        yield from ((step, [(took, rank)]) for step, took, rank in timed(run.ranks[0]))
-        return
-    for step, at_step in groupby(heapq.merge(*map(timed, run.ranks)), key=lambda x: x[0]):
-        yield step, sorted((took, rank) for _, took, rank in at_step)
+    logs = list(map(timed, run.ranks))
+    merged = logs[0] if len(logs) == 1 else heapq.merge(*logs, key=itemgetter(0))
+    for step, at_step in groupby(merged, key=itemgetter(0)):
+        if step > 1:
+            times = sorted((took, rank) for _, took, here, rank in at_step
+                           if here and 0 < took < math.inf)  # fmt: skip
+            if times:
+                yield step, times
 
 
 def others_median(times: list[tuple[float, int]], p: int) -> float:

@@ -69,6 +69,14 @@ class Table:
         j = i * len(self.names) + self.names.index(name)
         return self.values[j] if self.present[j] else None
 
+    def strided(self, name: str) -> tuple[array, bytes]:
+        """The column's values and which rows have one, each a copy (9 bytes a row);
+        empty when the log has no such column."""
+        if name not in self.names:
+            return array("d"), b""
+        j, width = self.names.index(name), len(self.names)
+        return self.values[j::width], bytes(self.present[j::width])
+
     def column(self, name: str, start: int = 0) -> Iterator[float | None]:
         """The column's value at each row from row `start` on (None where it has none)."""
         width = len(self.names)

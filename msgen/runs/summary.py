@@ -13,6 +13,7 @@ measured / predicted.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from dataclasses import dataclass
 from statistics import median, quantiles
@@ -92,11 +93,16 @@ def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) ->
     start = bisect_left(ref.steps, first)
 
     def column(name: str) -> list[float]:
-        return [x for _, x in ref.series(name, start) if finite(x)]
+        """The column's finite values over the timed steps, sorted (one list at a time:
+        a long log's column is some 40 bytes a row as floats)."""
+        return sorted(x for x in ref.values(name, start) if x is not None and math.isfinite(x))
 
     times = column("step_time")
+    step_time = mid(times)
     cuts = quantiles(times, n=10, method="inclusive") if len(times) > 1 else None
+    del times
     speed = mid(column("tokens_per_s"))
+    mfu = mid(column("mfu"))
     memory = max((x for r in run.ranks for _, x in r.series("peak_memory_bytes")
                   if finite(x) and x > 0), default=None)  # fmt: skip
     per_step = tokens_per_step(run) or per_step
@@ -111,11 +117,11 @@ def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) ->
         valid_step=valid[-1][0] if valid else None,
         skipped=sum(1 for _, x in ref.series("skipped") if x >= 1),  # a row is a step's update
         timed_from=first,
-        step_time_s=mid(times),
-        step_time_p10_s=cuts[0] if cuts else mid(times),
-        step_time_p90_s=cuts[-1] if cuts else mid(times),
+        step_time_s=step_time,
+        step_time_p10_s=cuts[0] if cuts else step_time,
+        step_time_p90_s=cuts[-1] if cuts else step_time,
         tokens_per_s_per_device=None if speed is None else speed / run.world,
-        mfu=mid(column("mfu")),
+        mfu=mfu,
         peak_memory_bytes=None if memory is None else int(memory),
     )
 
