@@ -19,6 +19,7 @@ rerun it and compare with the device catalogue.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -63,6 +64,10 @@ class Run:
             raise ValueError(
                 f"unknown measure {sorted(unknown)[0]!r}; known: {', '.join(MEASURES)}"
             )
+        # a relative error divides by the measurement: it must be a positive number
+        bad = [m for m, s in measured.items() if not (math.isfinite(s) and s > 0)]
+        if bad:
+            raise ValueError(f"{source}: {bad[0]} = {measured[bad[0]]} is not a positive time")
         return cls(source, plan, estimate(plan), dict(measured), fitted)
 
 

@@ -20,16 +20,29 @@ The rules (docs/report.md, "Alarms", lists them with the thresholds below):
   run.json differ fire from step 1.
 - A condition that holds on consecutive steps is one alarm, at the first of
   them; the same alarm on several ranks at one step is one alarm naming them.
+
+The work is linear in the rows: a spike's robust deviation is computed only for a
+value above its level by more than k x the floor (below that no deviation makes it
+a spike), and the alarms across ranks go through the steps once, in step order,
+each step's times sorted once: O(ranks log ranks) a step, the median of the other
+ranks read off the sorted times for each rank.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import Counter
+from array import array
+from bisect import bisect_left, insort
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import groupby, repeat
+from operator import itemgetter
 from statistics import median
 
-from msgen.runs.logs import Run, finite, spans
+from msgen.diagnostics import printable
+from msgen.runs.logs import RankLog, Run, finite, spans
 
 KINDS = (
     "version_mismatch",
@@ -87,33 +100,40 @@ class Alarm:
 def judge(run: Run, t: Thresholds = DEFAULT) -> list[Alarm]:
     """Every alarm of the run, by step, then kind, then rank."""
     warm = t.warmup(max(r.last_step for r in run.ranks))
-    found = provenance_alarms(run) + slow_alarms(run, warm, t) + straggler_alarms(run, warm, t)
+    found = provenance_alarms(run) + timing_alarms(run, warm, t)
     for r in run.ranks:
-        found += rank_alarms(r.rank, r.rows, warm, t)
+        found += rank_alarms(r, warm, t)
     return merged(found)
 
 
 def merged(alarms: list[Alarm]) -> list[Alarm]:
     """One alarm per kind and step, naming every rank it fired on."""
-    by_key: dict[tuple[str, int], Alarm] = {}
+    by_key: dict[tuple[str, int], tuple[Alarm, set[int]]] = {}
     for a in sorted(alarms, key=lambda a: (a.step, KINDS.index(a.kind), a.ranks)):
-        first = by_key.get((a.kind, a.step))
-        ranks = tuple(sorted(set(a.ranks) | set(first.ranks if first else ())))
-        by_key[(a.kind, a.step)] = Alarm(a.kind, a.step, ranks, (first or a).message)
-    return list(by_key.values())
+        by_key.setdefault((a.kind, a.step), (a, set()))[1].update(a.ranks)
+    return [Alarm(a.kind, a.step, tuple(sorted(ranks)), a.message) for a, ranks in by_key.values()]
 
 
-def streaks(flags: list[bool], least: int = 1) -> list[tuple[int, int]]:
+def streaks(flags: Iterable[bool], least: int = 1) -> Iterator[tuple[int, int]]:
     """(first, last) index of each run of True at least `least` long."""
-    out, start = [], None
-    for i, flag in enumerate([*flags, False]):
-        if flag and start is None:
-            start = i
-        elif not flag and start is not None:
+    start, i = None, -1
+    for i, flag in enumerate(flags):
+        if flag:
+            if start is None:
+                start = i
+        elif start is not None:
             if i - start >= least:
-                out.append((start, i - 1))
+                yield start, i - 1
             start = None
-    return out
+    if start is not None and i + 1 - start >= least:
+        yield start, i
+
+
+def middle(values) -> float:
+    """The median, as statistics.median takes it, without its checks (hot loops)."""
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def robust_high(value: float, history: list[float], t: Thresholds, k: float, floor):
@@ -126,149 +146,217 @@ def robust_high(value: float, history: list[float], t: Thresholds, k: float, flo
     return level if value > level + k * deviation else None
 
 
-def spike_flags(rows, column, warm, k, floor, t) -> tuple[list[bool], list[float | None]]:
-    """Per row: a spike in `column`, and the level it rose above."""
-    history: list[float] = []
-    flags, medians = [], []
-    for row in rows:
-        value, mid = row.get(column), None
-        if finite(value):
-            if row["step"] > warm and len(history) >= t.min_history:
-                mid = robust_high(value, history[-t.window :], t, k, floor)
-            history.append(value)
-        flags.append(mid is not None)
-        medians.append(mid)
-    return flags, medians
+def spikes(r: RankLog, column: str, warm: int, k: float, floor, t: Thresholds):
+    """(row, level) of each row whose `column` is a spike above its level."""
+    history: deque[float] = deque(maxlen=t.window)
+    recent: deque[float] = deque(maxlen=t.level_rows)
+    seen, steps = 0, r.steps  # finite values so far
+    for i, value in enumerate(r.values(column)):
+        if value is None or not math.isfinite(value):
+            continue
+        if steps[i] > warm and seen >= t.min_history:
+            level = middle(recent)
+            # the deviation is at least the floor: a value within k floors is no spike
+            if value > level + k * max(floor[0] * abs(level), floor[1]):
+                high = robust_high(value, list(history), t, k, floor)
+                if high is not None:
+                    yield i, high
+        history.append(value)
+        recent.append(value)
+        seen += 1
 
 
-def rank_alarms(rank: int, rows, warm: int, t: Thresholds) -> list[Alarm]:
+def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
     """The alarms one rank's log shows by itself."""
-    out = []
+    out, steps = [], r.steps
 
-    def fire(kind, flags, least, message):
-        for first, last in streaks(flags, least):
-            out.append(Alarm(kind, int(rows[first]["step"]), (rank,), message(first, last)))
+    def fire(kind, found, message):
+        for first, last in found:
+            out.append(Alarm(kind, steps[first], (r.rank,), message(first, last)))
 
-    losses = [r.get("loss") for r in rows]
-    fire("nonfinite_loss", [x is not None and not math.isfinite(x) for x in losses], 1,
-         lambda i, j: f"the loss is {losses[i]:g}" + steps_to(rows, i, j))  # fmt: skip
-    fire("skipped_updates", [(r.get("skipped") or 0) >= 1 for r in rows], t.skipped_run,
+    def loss(i):
+        return r.value("loss", i)
+
+    fire("nonfinite_loss", streaks(x is not None and not math.isfinite(x) for x in r.values("loss")),
+         lambda i, j: f"the loss is {loss(i):g}" + steps_to(steps, i, j))  # fmt: skip
+    fire("skipped_updates",
+         streaks(((x or 0) >= 1 for x in r.values("skipped")), t.skipped_run),
          lambda i, j: f"{j - i + 1} updates in a row skipped (gradients not finite)"
-         + steps_to(rows, i, j))  # fmt: skip
+         + steps_to(steps, i, j))  # fmt: skip
     for kind, column, k, floor in (
         ("loss_spike", "loss", t.loss_k, t.loss_floor),
         ("grad_norm_spike", "grad_norm", t.grad_k, t.grad_floor),
     ):
-        flags, mids = spike_flags(rows, column, warm, k, floor, t)
-        fire(kind, flags, 1, lambda i, j, c=column, m=mids, k=k: (
-            f"{c} {rows[i][c]:.4g}, more than {k:g} robust deviations above its "
+        levels = dict(spikes(r, column, warm, k, floor, t))
+        fire(kind, runs_of(levels), lambda i, j, c=column, m=levels, k=k: (
+            f"{c} {r.value(c, i):.4g}, more than {k:g} robust deviations above its "
             f"level {m[i]:.4g}"))  # fmt: skip
-    out += valid_alarms(rank, rows, warm, t)
-    memory = [r.get("peak_memory_bytes") for r in rows]
-    rises = [
-        i > 0 and rows[i]["step"] > warm and finite(memory[i]) and finite(memory[i - 1])
-        and memory[i] > memory[i - 1]
-        for i in range(len(rows))
-    ]  # fmt: skip
-    fire("memory_growth", rises, t.memory_rises,
+    out += valid_alarms(r, warm, t)
+
+    def rises():
+        before = None
+        for i, now in enumerate(r.values("peak_memory_bytes")):
+            yield steps[i] > warm and finite(now) and finite(before) and now > before
+            before = now
+
+    fire("memory_growth", streaks(rises(), t.memory_rises),
          lambda i, j: f"peak memory grew at {j - i + 1} steps in a row, "
-         f"{memory[i - 1] / 2**20:.1f} -> {memory[j] / 2**20:.1f} MiB" + steps_to(rows, i, j))  # fmt: skip
+         f"{r.value('peak_memory_bytes', i - 1) / 2**20:.1f} -> "
+         f"{r.value('peak_memory_bytes', j) / 2**20:.1f} MiB" + steps_to(steps, i, j))  # fmt: skip
     return out
 
 
-def steps_to(rows, i: int, j: int) -> str:
-    return "" if i == j else f" (steps {int(rows[i]['step'])}-{int(rows[j]['step'])})"
+def runs_of(rows: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """(first, last) of each run of consecutive numbers in the increasing `rows`."""
+    first = last = None
+    for i in rows:
+        if last is not None and i == last + 1:
+            last = i
+            continue
+        if first is not None:
+            yield first, last
+        first = last = i
+    if first is not None:
+        yield first, last
 
 
-def valid_alarms(rank: int, rows, warm: int, t: Thresholds) -> list[Alarm]:
+def steps_to(steps, i: int, j: int) -> str:
+    return "" if i == j else f" (steps {steps[i]}-{steps[j]})"
+
+
+def valid_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
     """Validation loss higher at `valid_rises` evaluations in a row while the training
     loss (the median of `trend_rows` rows up to an evaluation) fell over them; after
     that, again only once the validation loss has reached a new best."""
-    at = {int(r["step"]): i for i, r in enumerate(rows)}
-    evals = [(int(r["step"]), r["valid_loss"]) for r in rows if finite(r.get("valid_loss"))]
+    rows, values, best = array("q"), array("d"), array("d")  # per evaluation
+    for i, v in enumerate(r.values("valid_loss")):
+        if finite(v):
+            rows.append(i)
+            values.append(v)
+            best.append(min(v, best[-1]) if best else v)
 
-    def train_loss(step: int) -> float | None:
-        i = at[step]
-        recent = [r["loss"] for r in rows[max(0, i - t.trend_rows + 1) : i + 1]]
+    def train_loss(e: int) -> float | None:
+        i = rows[e]
+        recent = [r.value("loss", j) for j in range(max(0, i - t.trend_rows + 1), i + 1)]
         recent = [x for x in recent if finite(x)]
         return median(recent) if recent else None
 
     n = t.valid_rises
-    flags = []
-    for i, (step, _) in enumerate(evals):
-        window = evals[i - n : i + 1] if i >= n else []
-        before, after = (train_loss(window[0][0]), train_loss(step)) if window else (None, None)
-        flags.append(
-            bool(window)
-            and window[0][0] > warm
-            and at[window[0][0]] >= t.min_history
-            and all(a[1] < b[1] for a, b in zip(window, window[1:]))
+
+    def rising(e: int) -> bool:
+        if e < n:
+            return False
+        a = e - n
+        before, after = train_loss(a), train_loss(e)
+        return (
+            r.steps[rows[a]] > warm
+            and rows[a] >= t.min_history
+            and all(values[x] < values[x + 1] for x in range(a, e))
             and before is not None
             and after is not None
             and after < before
         )
+
     out, fired_at = [], None
-    for first, last in streaks(flags):
-        start, end = evals[first - n], evals[last]
+    for first, last in streaks(rising(e) for e in range(len(rows))):
+        start, end = first - n, last
         # Once it fired, it fires again only after a new best validation loss.
-        if fired_at is not None and min(v for _, v in evals[fired_at:first]) >= min(
-            v for _, v in evals[:fired_at]
-        ):
+        if fired_at is not None and best[first - 1] >= best[fired_at - 1]:
             continue
         fired_at = last + 1
-        out.append(Alarm("valid_loss_rising", evals[first - n + 1][0], (rank,), (
+        step = r.steps
+        out.append(Alarm("valid_loss_rising", step[rows[first - n + 1]], (r.rank,), (
             f"validation loss rose at {last - first + n} evaluations in a row, "
-            f"{start[1]:.4g} at step {start[0]} -> {end[1]:.4g} at step {end[0]}, "
-            f"while the training loss fell {train_loss(start[0]):.4g} -> {train_loss(end[0]):.4g}"
+            f"{values[start]:.4g} at step {step[rows[start]]} -> {values[end]:.4g} at step "
+            f"{step[rows[end]]}, while the training loss fell {train_loss(start):.4g} -> "
+            f"{train_loss(end):.4g}"
         )))  # fmt: skip
     return out
 
 
-def step_times(run: Run) -> dict[int, dict[int, float]]:
-    """{step: {rank: seconds}}, step 1 left out (the graph compiles then)."""
-    out: dict[int, dict[int, float]] = {}
-    for r in run.ranks:
-        for step, took in r.series("step_time"):
-            if step > 1 and finite(took):
-                out.setdefault(step, {})[r.rank] = took
-    return dict(sorted(out.items()))
+def timed_steps(run: Run) -> Iterator[tuple[int, list[tuple[float, int]]]]:
+    """(step, [(seconds, rank), ...] fastest first) for each step some rank timed, in
+    step order; step 1 left out (the graph compiles then), and any time not above 0.
+    One pass over every rank's log at once (their step-time columns merged by step):
+    memory for one step's times besides the columns."""
+
+    def timed(r: RankLog):
+        values, present = r.table.strided("step_time")
+        return zip(r.steps, values, present, repeat(r.rank))
+
+    logs = list(map(timed, run.ranks))
+    merged = logs[0] if len(logs) == 1 else heapq.merge(*logs, key=itemgetter(0))
+    for step, at_step in groupby(merged, key=itemgetter(0)):
+        if step > 1:
+            times = sorted((took, rank) for _, took, here, rank in at_step
+                           if here and 0 < took < math.inf)  # fmt: skip
+            if times:
+                yield step, times
 
 
-def slow_alarms(run: Run, warm: int, t: Thresholds) -> list[Alarm]:
-    """The fastest rank slower than `slow_factor` x its trailing median, in a row."""
-    times = step_times(run)
-    steps = list(times)
-    fastest = [min(times[s].values()) for s in steps]
-    flags, mids = [], []
-    for i, step in enumerate(steps):
-        history = fastest[max(0, i - t.window) : i]
-        mid = median(history) if len(history) >= t.min_history else None
-        flags.append(step > warm and mid is not None and fastest[i] > t.slow_factor * mid)
-        mids.append(mid)
-    return [
-        Alarm("slow_steps", steps[i], tuple(sorted(times[steps[i]])), (
-            f"{j - i + 1} steps in a row took more than {t.slow_factor:g}x the median "
-            f"{mids[i]:.4g} s on every rank (up to {max(fastest[i : j + 1]):.4g} s)"
-            + (f" (steps {steps[i]}-{steps[j]})" if j > i else "")))  # fmt: skip
-        for i, j in streaks(flags, t.consecutive)
-    ]
+def others_median(times: list[tuple[float, int]], p: int) -> float:
+    """The median of the sorted `times` without the one at `p`, read off in O(1)."""
+    m = len(times) - 1
+
+    def at(j: int) -> float:
+        return times[j if j < p else j + 1][0]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
 
 
-def straggler_alarms(run: Run, warm: int, t: Thresholds) -> list[Alarm]:
-    """One rank slower than `straggler_factor` x the median of the others, in a row."""
-    times = step_times(run)
-    out = []
-    for r in run.ranks:
-        steps = [s for s, by_rank in times.items() if r.rank in by_rank and len(by_rank) > 1]
-        ratios = [
-            times[s][r.rank] / median(v for k, v in times[s].items() if k != r.rank) for s in steps
-        ]
-        flags = [s > warm and x > t.straggler_factor for s, x in zip(steps, ratios)]
-        for i, j in streaks(flags, t.consecutive):
-            out.append(Alarm("straggler", steps[i], (r.rank,), (
-                f"slower than the other ranks {j - i + 1} steps in a row, "
-                f"{min(ratios[i : j + 1]):.2f}x to {max(ratios[i : j + 1]):.2f}x their median"
-                f" (steps {steps[i]}-{steps[j]})")))  # fmt: skip
+def timing_alarms(run: Run, warm: int, t: Thresholds) -> list[Alarm]:
+    """Slow steps: the fastest rank slower than `slow_factor` x its trailing median,
+    `consecutive` steps in a row. Stragglers: one rank slower than `straggler_factor`
+    x the median of the others, `consecutive` of its steps in a row."""
+    out: list[Alarm] = []
+    fastest: deque[float] = deque()
+    ordered: list[float] = []  # `fastest` sorted: the trailing median in O(window)
+    slow = None  # the slow streak going on: [first step, ranks, median, last step, n, top]
+    late: dict[int, list] = {}  # rank -> its straggler streak: [first, last, n, low, high]
+
+    def slow_done():
+        first, ranks, mid, last, n, top = slow
+        if n >= t.consecutive:
+            out.append(Alarm("slow_steps", first, ranks, (
+                f"{n} steps in a row took more than {t.slow_factor:g}x the median "
+                f"{mid:.4g} s on every rank (up to {top:.4g} s)"
+                + (f" (steps {first}-{last})" if last > first else ""))))  # fmt: skip
+
+    def late_done(rank: int):
+        first, last, n, low, high = late.pop(rank)
+        if n >= t.consecutive:
+            out.append(Alarm("straggler", first, (rank,), (
+                f"slower than the other ranks {n} steps in a row, {low:.2f}x to {high:.2f}x "
+                f"their median (steps {first}-{last})")))  # fmt: skip
+
+    for step, times in timed_steps(run):
+        quickest = times[0][0]
+        mid = None
+        if len(ordered) >= t.min_history:
+            h = len(ordered)  # sorted already
+            mid = ordered[h // 2] if h % 2 else (ordered[h // 2 - 1] + ordered[h // 2]) / 2
+        if step > warm and mid is not None and quickest > t.slow_factor * mid:
+            if slow is None:
+                slow = [step, tuple(sorted(rank for _, rank in times)), mid, step, 0, quickest]
+            slow[3:] = [step, slow[4] + 1, max(slow[5], quickest)]
+        elif slow is not None:
+            slow_done()
+            slow = None
+        fastest.append(quickest)
+        insort(ordered, quickest)
+        if len(fastest) > t.window:
+            del ordered[bisect_left(ordered, fastest.popleft())]
+        for p, (took, rank) in enumerate(times if len(times) > 1 else ()):
+            ratio = took / others_median(times, p)
+            if step > warm and ratio > t.straggler_factor:
+                s = late.setdefault(rank, [step, step, 0, ratio, ratio])
+                s[1:] = [step, s[2] + 1, min(s[3], ratio), max(s[4], ratio)]
+            elif rank in late:
+                late_done(rank)
+    if slow is not None:
+        slow_done()
+    for rank in list(late):
+        late_done(rank)
     return out
 
 
@@ -284,17 +372,17 @@ def provenance_alarms(run: Run) -> list[Alarm]:
             "manifest sha256": p.get("manifest_sha256")}),  # fmt: skip
     ):
         values = [fields(r.provenance) for r in with_json]
-        usual = {}
+        usual, holders = {}, {}
         for key in sorted({k for v in values for k in v}):
             held = [v.get(key) for v in values]
-            counts = Counter(map(repr, held))
-            usual[key] = max(held, key=lambda x: counts[repr(x)])  # the first of the most
+            counts = Counter(held)
+            usual[key] = max(held, key=lambda x: counts[x])  # the first of the most
+            holders[key] = spans([r.rank for r, x in zip(with_json, held) if x == usual[key]])
         for r, v in zip(with_json, values):
             differ = [k for k in usual if v.get(k) != usual[k]]
             if differ:
-                step = int(r.provenance.get("start_step") or 0) + 1
+                step = r.provenance.get("start_step", 0) + 1
                 out.append(Alarm(kind, step, (r.rank,), "; ".join(
-                    f"{k} {v.get(k)} here, {usual[k]} on rank "
-                    + spans([q.rank for q, w in zip(with_json, values) if w.get(k) == usual[k]])
+                    printable(f"{k} {v.get(k)} here, {usual[k]} on rank {holders[k]}")
                     for k in differ)))  # fmt: skip
     return out

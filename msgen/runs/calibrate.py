@@ -18,11 +18,20 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.base.readers import Dict, Num, Obj, Str, load_json
+from msgen.diagnostics import printable
 from msgen.runs import RunError
-from msgen.runs.logs import read_run
+from msgen.runs.logs import Run
 from msgen.runs.summary import summarize
 
 FORMAT = "msgen-calibration 1"
+MIN_STEP_S = 1e-6  # a measured step shorter than this is no training step
+CALIBRATION_LIMIT = 2**20  # bytes: a few values and a line per run
+# The calibration file (calibration_json writes it): what --calibration reads is checked;
+# "runs" is the record of the fit, for people.
+CALIBRATION = Obj(
+    required={"format": Str(64), "device": Str(64), "values": Dict(Num(), max_len=64)}
+)
 
 
 @dataclass(frozen=True)
@@ -34,11 +43,17 @@ class Measured:
     step_s: float
 
 
-def measured(folder: Path, result) -> Measured:
-    run = read_run(folder)
+def measured(run: Run, result) -> Measured:
+    """The run's step time, fitted to the analysed spec `result`."""
+    folder = run.folder
     step = summarize(run).step_time_s
     if step is None or not math.isfinite(step) or step <= 0:
-        raise RunError(f"{folder}: no step time in its logs to fit to")
+        raise RunError(f"{printable(str(folder))}: no step time in its logs to fit to")
+    if step < MIN_STEP_S:
+        raise RunError(
+            f"{printable(str(folder))}: a median step time of {step:.3g} s is no training "
+            f"step's (at least {MIN_STEP_S:g} s): not fitted to"
+        )
     return Measured(folder, result, step)
 
 
@@ -65,7 +80,9 @@ def calibrate(runs: list[Measured], parameters: tuple[str, ...] | None = None):
     params = parameters or default_parameters(plans)
     unknown = [p for p in params if p not in calibration.PARAMETERS]
     if unknown:
-        raise RunError(f"--fit {unknown[0]}: fittable: {', '.join(calibration.PARAMETERS)}")
+        raise RunError(
+            f"--fit {printable(unknown[0])}: fittable: {', '.join(calibration.PARAMETERS)}"
+        )
     if len(runs) < len(params):
         raise RunError(
             f"{len(runs)} run{'s' if len(runs) > 1 else ''} cannot fit {len(params)} "
@@ -80,6 +97,7 @@ def calibrate(runs: list[Measured], parameters: tuple[str, ...] | None = None):
 
 
 def calibration_json(fit, runs: list[Measured]) -> str:
+    """The calibration file: finite numbers only (JSON has no infinity)."""
     doc = {
         "format": FORMAT,
         "device": fit.device.name,
@@ -90,30 +108,35 @@ def calibration_json(fit, runs: list[Measured]) -> str:
             for m, r in zip(runs, fit.residuals)
         ],  # fmt: skip
     }
-    return json.dumps(doc, indent=2) + "\n"
+    for m, r in zip(runs, fit.residuals):
+        if not all(map(math.isfinite, (r.measured, r.predicted, r.error))):
+            raise RunError(
+                f"{printable(str(m.folder))}: the model's step time against the measured one "
+                "is not a finite number: no calibration file written"
+            )
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
 
 
 def render(fit, runs: list[Measured]) -> str:
     lines = [f"{fit.device.name}: " + ", ".join(f"{k} = {v:g}" for k, v in fit.values.items())]
     for m, r in zip(runs, fit.residuals):
         lines.append(
-            f"  {m.folder.as_posix()} ({m.result.file}): measured {r.measured:.4g} s, "
+            f"  {printable(m.folder.as_posix())} ({printable(m.result.file)}): "
+            f"measured {r.measured:.4g} s, "
             f"predicted {r.predicted:.4g} s, residual {r.error:+.1%}"
         )
     return "\n".join(lines) + "\n"
 
 
 def read_calibration(path: Path) -> dict:
-    """A calibration file's device and values; RunError when it is not one."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("format") != FORMAT:
-            raise ValueError
-        values = {str(k): float(v) for k, v in doc["values"].items()}
-        device = str(doc["device"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
-        raise RunError(f"{path} is not a calibration file (msgen calibrate writes them)") from None
-    return {"device": device, "values": values}
+    """A calibration file's device and values; BadInput (naming the file and the key)
+    or RunError when it is not one."""
+    doc = load_json(path, CALIBRATION_LIMIT, CALIBRATION)
+    if doc["format"] != FORMAT:
+        raise RunError(
+            f"{printable(str(path))} is not a calibration file (msgen calibrate writes them)"
+        )
+    return {"device": doc["device"], "values": doc["values"]}
 
 
 def calibrated_device(path: Path, device_name: str):
@@ -122,11 +145,14 @@ def calibrated_device(path: Path, device_name: str):
     from msgen.ir.devices import DEVICES
 
     doc = read_calibration(path)
+    where = printable(str(path))
     if doc["device"] != device_name:
-        raise RunError(f"{path} calibrates {doc['device']}, the spec's device is {device_name}")
+        raise RunError(
+            f"{where} calibrates {printable(doc['device'])}, the spec's device is {device_name}"
+        )
     device = DEVICES[device_name]
     for name, value in doc["values"].items():
         if name not in PARAMETERS or not 0 < value <= 1:
-            raise RunError(f"{path}: {name} = {value:g} is not a fittable share")
+            raise RunError(f"{where}: values.{printable(name)} = {value:g} is not a fittable share")
         device = with_value(device, name, value)
     return device

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from msgen.base.status import EXIT_OK
 from msgen.compiler import estimable
+from msgen.diagnostics import printable
 from msgen.runs import RunError
 from msgen.runs.alarms import judge
 from msgen.runs.logs import Run, read_run
@@ -52,14 +53,32 @@ class CalibrateOptions:
     force: bool = False  # replace an existing `output`
 
 
-def spec_named_in(run: Run) -> Path | None:
-    """The spec run.json names (as compile saw it: relative to where it ran), when
-    that file is here."""
-    for r in run.ranks:
-        path = ((r.provenance or {}).get("spec") or {}).get("path")
-        if isinstance(path, str) and Path(path).is_file():
-            return Path(path)
-    return None
+def spec_named_in(run: Run) -> tuple[Path | None, str | None]:
+    """The spec run.json names, when it may be read; else None and, when run.json
+    names a file that may not, a note saying so.
+
+    run.json's spec path is as compile was given it (relative to where it ran, or
+    absolute); msgen reads it relative to where it runs now. Only a regular file whose
+    name ends in `.msl`, links followed, is read, and only through the compiler's front
+    end: a run folder from elsewhere cannot make msgen open and quote /etc/passwd, a
+    key under ~/.ssh, a FIFO or a device, directly or through a link named x.msl."""
+    named = next((p["spec"]["path"] for r in run.ranks if (p := r.provenance)
+                  and (p.get("spec") or {}).get("path")), None)  # fmt: skip
+    if named is None:
+        return None, None
+    path = Path(named)
+    try:
+        if not path.exists():
+            return None, None
+        target = path.resolve()
+        if target.suffix == ".msl" and target.is_file():
+            return path, None
+    except (OSError, RuntimeError, ValueError):  # a link loop, a NUL byte
+        pass
+    return None, (
+        f"run.json names the spec {printable(named)}, which is not a .msl file: not read "
+        "(give --spec to compare)"
+    )
 
 
 def compiled_sets(run: Run) -> tuple[str, ...]:
@@ -72,30 +91,32 @@ def compiled_sets(run: Run) -> tuple[str, ...]:
 
 
 def prediction(run: Run, options: ReportOptions, analyze):
-    """The estimate to hold the run against, or None without a spec. A spec run.json
-    names that has errors leaves the report without one; a --spec with errors is a
-    usage error."""
+    """The estimate to hold the run against, or None without a spec, and a note on a
+    spec run.json names that is not read. A spec run.json names that has errors leaves
+    the report without one; a --spec with errors is a usage error."""
     from msgen.runs.calibrate import calibrated_device
 
-    spec = options.spec or spec_named_in(run)
+    spec, note = (options.spec, None) if options.spec else spec_named_in(run)
     if spec is None:
-        return None
+        return None, note
     result = analyze(spec, compiled_sets(run))
     if not estimable(result):
         if options.spec is None:
-            return None
-        raise RunError(f"{spec} has errors: nothing to compare the run with")
+            return None, None
+        raise RunError(f"{printable(str(spec))} has errors: nothing to compare the run with")
     device = None
     if options.calibration:
         device = calibrated_device(options.calibration, result.spec.cluster.device)
-    return predict(result, device)
+    return predict(result, device), None
 
 
 def report_command(options: ReportOptions, analyze) -> int:
     from msgen.base.files import write_output
 
     run = read_run(options.run)
-    predicted = prediction(run, options, analyze)
+    predicted, note = prediction(run, options, analyze)
+    if note:
+        run = replace(run, notes=(*run.notes, note))
     summary = summarize(run, per_step=predicted.tokens_per_step if predicted else None)
     alarms = judge(run)
     comparison = compare(run, summary, predicted) if predicted else None
@@ -123,18 +144,19 @@ def calibrate_command(options: CalibrateOptions, analyze) -> int:
     runs = []
     for folder in options.runs:
         run = read_run(folder)
-        spec = options.spec or spec_named_in(run)
+        spec, note = (options.spec, None) if options.spec else spec_named_in(run)
         if spec is None:
-            raise RunError(f"{folder}: its run.json names no spec here; give --spec")
+            raise RunError(f"{printable(str(folder))}: {note or 'its run.json names no spec here'}"
+                           "; give --spec")  # fmt: skip
         result = analyze(spec, compiled_sets(run))
         if not estimable(result):
-            raise RunError(f"{spec} has errors: no time model to fit")
-        runs.append(measured(folder, result))
+            raise RunError(f"{printable(str(spec))} has errors: no time model to fit")
+        runs.append(measured(run, result))
     fit = calibrate(runs, options.fit)
     sys.stdout.write(render(fit, runs))
     if options.output:
         if options.output.exists() and not options.force:
-            raise RunError(f"-o {options.output} exists; add --force to replace it")
+            raise RunError(f"-o {printable(str(options.output))} exists; add --force to replace it")
         spec = Path(runs[0].result.file)
         write_output("-o", str(options.output), spec, calibration_json(fit, runs))
     return EXIT_OK

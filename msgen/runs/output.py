@@ -126,11 +126,11 @@ def run_report(
         ranks=[
             RankReport(
                 rank=r.rank,
-                first_step=int(r.rows[0]["step"]) if r.rows else None,
+                first_step=r.steps[0] if r.rows else None,
                 last_step=r.last_step,
-                rows=len(r.rows),
+                rows=r.rows,
                 run_json=bool(r.segments),
-                segments=len(r.segments),
+                segments=r.segments,
             )
             for r in run.ranks
         ],

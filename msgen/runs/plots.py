@@ -10,8 +10,13 @@ stage's estimate. A vertical red line marks each alarm on its panel.
 
 from __future__ import annotations
 
+import heapq
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from html import escape
+from itertools import groupby, islice
+from operator import itemgetter
 
 from msgen.estimate.svg import nice_step
 from msgen.resources import template
@@ -21,6 +26,8 @@ from msgen.runs.output import RunReport
 WIDTH, HEIGHT = 720, 230
 LEFT, RIGHT, TOP, BOTTOM = 80, 150, 34, 40
 MAX_POINTS = 2000  # a longer series keeps each bucket's lowest and highest point
+MAX_TICKS = 12  # an axis's labels, at most
+RESOLUTION = 2**-40  # a spread below this share of the values' size is drawn flat
 GAP = 10
 COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#9c755f", "#e15759")
 ALARM_COLOR = "#d62728"
@@ -35,7 +42,7 @@ PANEL_ALARMS = {
 @dataclass
 class Series:
     name: str
-    points: list[tuple[int, float]]
+    points: list[tuple[int, float]]  # at most MAX_POINTS (thinned)
     dashed: bool = False
 
 
@@ -48,13 +55,16 @@ class Panel:
     alarms: list[int] = field(default_factory=list)
 
 
-def by_step(run: Run, column: str, pick) -> list[tuple[int, float]]:
-    """(step, pick(values of every rank at that step)) for the steps some rank logs."""
-    values: dict[int, list[float]] = {}
-    for r in run.ranks:
-        for step, x in r.series(column):
-            values.setdefault(step, []).append(x)
-    return [(s, pick(v)) for s, v in sorted(values.items())]
+def curve(name: str, points: Callable[[], Iterable[tuple[int, float]]]) -> Series:
+    """A series from `points()` (called twice: to count, then to thin)."""
+    return Series(name, thinned(points(), sum(1 for _ in points())))
+
+
+def slowest(run: Run) -> Iterator[tuple[int, float]]:
+    """(step, the slowest rank's step time) for the steps some rank timed."""
+    logs = [r.series("step_time") for r in run.ranks]
+    for step, at in groupby(heapq.merge(*logs, key=itemgetter(0)), key=itemgetter(0)):
+        yield step, max(x for _, x in at)
 
 
 def flat(value: float | None, steps: list[int]) -> list[tuple[int, float]]:
@@ -63,23 +73,27 @@ def flat(value: float | None, steps: list[int]) -> list[tuple[int, float]]:
 
 def panels(run: Run, report: RunReport) -> list[Panel]:
     ref = run.rank(report.summary.rank)
-    steps = [int(r["step"]) for r in ref.rows]
+    steps = [ref.steps[0], ref.steps[-1]] if ref.rows else []
     c = report.predicted
+
+    def of(key: str, name: str, scale: float = 1.0) -> Series:
+        return curve(name, lambda: ((s, x * scale) for s, x in ref.series(key)))
+
     times = [
-        Series("step time", ref.series("step_time")[1:]),  # step 1 compiles the graph
-    ]
+        curve("step time", lambda: islice(ref.series("step_time"), 1, None))
+    ]  # step 1 compiles
     if run.world > 1:
-        times.append(Series("slowest rank", by_step(run, "step_time", max)[1:]))
+        times.append(curve("slowest rank", lambda: islice(slowest(run), 1, None)))
     out = [
-        Panel("loss", "loss", "nats", [Series("loss", ref.series("loss")),
-                                       Series("validation", ref.series("valid_loss"))]),
-        Panel("lr", "learning rate", "", [Series("lr", ref.series("lr"))]),
-        Panel("grad_norm", "gradient norm (global)", "", [Series("grad norm", ref.series("grad_norm"))]),
-        Panel("loss_scale", "loss scale", "", [Series("loss scale", ref.series("loss_scale"))]),
+        Panel("loss", "loss", "nats", [of("loss", "loss"), of("valid_loss", "validation")]),
+        Panel("lr", "learning rate", "", [of("lr", "lr")]),
+        Panel("grad_norm", "gradient norm (global)", "", [of("grad_norm", "grad norm")]),
+        Panel("loss_scale", "loss scale", "", [of("loss_scale", "loss scale")]),
         Panel("step_time", "step time", "s", times),
-        Panel("mfu", "MFU", "%", [Series("MFU", [(s, x * 100) for s, x in ref.series("mfu")])]),
-        Panel("peak_memory", "peak memory per device", "GiB", [Series(
-            f"rank {r.rank}", [(s, x / 2**30) for s, x in r.series("peak_memory_bytes") if x]
+        Panel("mfu", "MFU", "%", [of("mfu", "MFU", 100)]),
+        Panel("peak_memory", "peak memory per device", "GiB", [curve(
+            f"rank {r.rank}", lambda r=r: ((s, x / 2**30) for s, x in r.series("peak_memory_bytes")
+                                           if x)
         ) for r in run.ranks[:4]]),
     ]  # fmt: skip
     if c is not None:
@@ -102,13 +116,14 @@ def panels(run: Run, report: RunReport) -> list[Panel]:
     return out
 
 
-def thinned(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    if len(points) <= MAX_POINTS:
-        return points
-    size = -(-len(points) // (MAX_POINTS // 2))
-    out = []
-    for i in range(0, len(points), size):
-        bucket = points[i : i + size]
+def thinned(points: Iterable[tuple[int, float]], count: int) -> list[tuple[int, float]]:
+    """The `count` points, or past MAX_POINTS each bucket's lowest and highest."""
+    if count <= MAX_POINTS:
+        return list(points)
+    size = -(-count // (MAX_POINTS // 2))
+    out: list[tuple[int, float]] = []
+    points = iter(points)
+    while bucket := list(islice(points, size)):
         low, high = min(bucket, key=lambda p: p[1]), max(bucket, key=lambda p: p[1])
         out += sorted({low, high})
     return out
@@ -133,6 +148,26 @@ def label(x: float) -> str:
     return f"{x:.6g}"
 
 
+def value_axis(values: list[float]) -> tuple[float, float]:
+    """The value axis's ends: the values padded by 5% of their spread either side, or
+    by 5% of their size when the spread is below what a float tells apart there; never
+    past the largest float (values near it do not overflow)."""
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    half = high / 2 - low / 2  # half the spread: finite for any two finite values
+    size = max(abs(low), abs(high))
+    pad = (half * 0.1 if half > size * RESOLUTION else size * 0.05) or 1.0
+    return max(low - pad, -sys.float_info.max), min(high + pad, sys.float_info.max)
+
+
+def ticks_of(low: float, high: float, ticks: int) -> list[float]:
+    """Nice values strictly above `low` up to `high`, about `ticks` of them: computed
+    from their count, so a step below the values' resolution cannot loop."""
+    step = nice_step(high / 2 - low / 2, ticks / 2)  # the span over two: no overflow
+    first = int(low // step) + 1
+    count = min(int(high // step) - first + 1, MAX_TICKS)
+    return [k * step for k in range(first, first + max(count, 0))]
+
+
 def drawing(p: Panel, y0: int) -> dict:
     """Every position and label of one panel, as text ready for the template."""
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -140,29 +175,23 @@ def drawing(p: Panel, y0: int) -> dict:
     steps = [st for s in p.series for st, _ in s.points] + p.alarms
     first, last = (min(steps), max(steps)) if steps else (0, 1)
     span_x = max(last - first, 1)
-    low, high = (min(values), max(values)) if values else (0.0, 1.0)
-    pad = (high - low) * 0.05 or abs(high) * 0.05 or 1.0
-    low, high = low - pad, high + pad
-    step_y = nice_step(high - low, 5)
-    span_y = high - low
+    low, high = value_axis(values)
+    half = high / 2 - low / 2
 
     def x(step: float) -> float:
         return LEFT + (step - first) / span_x * plot_w
 
     def y(value: float) -> float:
-        return TOP + plot_h - (value - low) / span_y * plot_h
+        return TOP + plot_h - (value / 2 - low / 2) / half * plot_h
 
-    ticks, tick = [], (low // step_y + 1) * step_y
-    while tick <= high:
-        ticks.append({"y": f(y(tick)), "label": label(round(tick, 12))})
-        tick += step_y
+    ticks = [{"y": f(y(t)), "label": label(round(t, 12))} for t in ticks_of(low, high, 5)]
     step_x = max(1, int(nice_step(span_x, 6)))
     xticks = [{"x": f(x(s)), "label": str(s)}
               for s in range((first // step_x + 1) * step_x, last + 1, step_x)]  # fmt: skip
     series = []
     for i, s in enumerate(p.series):
         lines = [" ".join(f"{f(x(a))},{f(y(b))}" for a, b in piece)
-                 for piece in pieces(thinned(s.points))]  # fmt: skip
+                 for piece in pieces(s.points)]  # fmt: skip
         series.append({"name": escape(s.name), "color": COLORS[i % len(COLORS)],
                        "dashed": s.dashed, "lines": lines,
                        "dots": [line for line in lines if " " not in line],

@@ -13,6 +13,8 @@ measured / predicted.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from statistics import median, quantiles
 
@@ -65,29 +67,47 @@ def mid(values: list[float]) -> float | None:
     return median(values) if values else None
 
 
+def last_finite(r: RankLog, column: str, n: int = 1) -> list[tuple[int, float]]:
+    """The last `n` (step, value) of the rows with a finite value in `column`, in order."""
+    out = []
+    for i in range(r.rows - 1, -1, -1):
+        if len(out) == n:
+            break
+        x = r.value(column, i)
+        if finite(x):
+            out.append((r.steps[i], x))
+    return out[::-1]
+
+
 def tokens_per_step(run: Run) -> int | None:
     """run.json's, when a rank has one."""
     known = [r.provenance.get("tokens_per_step") for r in run.ranks if r.provenance]
-    return next((n for n in known if isinstance(n, int)), None)
+    return next((n for n in known if n is not None), None)
 
 
 def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) -> Summary:
     """`per_step`: tokens per step when run.json does not say (from the spec)."""
     ref = reference(run)
-    losses = [(s, x) for s, x in ref.series("loss") if finite(x)]
-    valid = [(s, x) for s, x in ref.series("valid_loss") if finite(x)]
+    losses = last_finite(ref, "loss", TREND_STEPS)
+    valid = last_finite(ref, "valid_loss")
     first = timed_from(ref, t)
-    timed = [r for r in ref.rows if r["step"] >= first]
+    start = bisect_left(ref.steps, first)
 
     def column(name: str) -> list[float]:
-        return [r[name] for r in timed if finite(r.get(name))]
+        """The column's finite values over the timed steps, sorted (one list at a time:
+        a long log's column is some 40 bytes a row as floats)."""
+        return sorted(x for x in ref.values(name, start) if x is not None and math.isfinite(x))
 
     times = column("step_time")
+    step_time = mid(times)
     cuts = quantiles(times, n=10, method="inclusive") if len(times) > 1 else None
+    del times
     speed = mid(column("tokens_per_s"))
-    memory = [x for r in run.ranks for _, x in r.series("peak_memory_bytes") if finite(x) and x > 0]
+    mfu = mid(column("mfu"))
+    memory = max((x for r in run.ranks for _, x in r.series("peak_memory_bytes")
+                  if finite(x) and x > 0), default=None)  # fmt: skip
     per_step = tokens_per_step(run) or per_step
-    trend = slope(losses[-TREND_STEPS:])
+    trend = slope(losses)
     return Summary(
         rank=ref.rank,
         steps=ref.last_step,
@@ -96,14 +116,14 @@ def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) ->
         loss_trend_per_100_steps=None if trend is None else trend * 100,
         valid_loss=valid[-1][1] if valid else None,
         valid_step=valid[-1][0] if valid else None,
-        skipped=int(sum(x for _, x in ref.series("skipped") if finite(x))),
+        skipped=sum(1 for _, x in ref.series("skipped") if x >= 1),  # a row is a step's update
         timed_from=first,
-        step_time_s=mid(times),
-        step_time_p10_s=cuts[0] if cuts else mid(times),
-        step_time_p90_s=cuts[-1] if cuts else mid(times),
+        step_time_s=step_time,
+        step_time_p10_s=cuts[0] if cuts else step_time,
+        step_time_p90_s=cuts[-1] if cuts else step_time,
         tokens_per_s_per_device=None if speed is None else speed / run.world,
-        mfu=mid(column("mfu")),
-        peak_memory_bytes=int(max(memory)) if memory else None,
+        mfu=mfu,
+        peak_memory_bytes=None if memory is None else int(memory),
     )
 
 

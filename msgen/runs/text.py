@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from msgen.diagnostics import printable
 from msgen.estimate.report import gib
 from msgen.estimate.time_report import seconds
 from msgen.runs.logs import spans
@@ -26,17 +27,20 @@ def ratio_line(name: str, v: VersusReport | None, show) -> str | None:
 
 
 def render(report: RunReport) -> str:
+    """The summary; every text from outside msgen (the folder's name, run.json's values,
+    file names) quoted printably: no terminal escape or line break of theirs gets out."""
     s = report.summary
-    lines = [f"run {report.run}: {report.world} rank{'s' if report.world > 1 else ''}, "
+    lines = [f"run {printable(report.run)}: {report.world} rank{'s' if report.world > 1 else ''}, "
              f"summary from rank {s.rank}"]  # fmt: skip
-    lines += [f"  note: {n}" for n in report.notes]
+    lines += [f"  note: {printable(n)}" for n in report.notes]
     p = report.provenance
     if p:
         versions = ", ".join(f"{k} {v}" for k, v in sorted((p.get("versions") or {}).items()) if v)
-        spec = (p.get("spec") or {}).get("path", "?")
-        lines.append(f"  from {spec} on {p.get('host', '?')}, started {p.get('started', '?')}")
+        spec = (p.get("spec") or {}).get("path") or "?"
+        where = f"from {spec} on {p.get('host', '?')}, started {p.get('started', '?')}"
+        lines.append(f"  {printable(where)}")
         if versions:
-            lines.append(f"  {versions}")
+            lines.append(f"  {printable(versions)}")
     tokens = "" if s.tokens is None else f", {s.tokens:,} tokens"
     trend = maybe(s.loss_trend_per_100_steps, "+.3g", " per 100 steps")
     valid = (
@@ -47,7 +51,8 @@ def render(report: RunReport) -> str:
         spread = f" (p10-p90 {seconds(s.step_time_p10_s)} - {seconds(s.step_time_p90_s)})"
     lines += [
         f"  steps {s.steps}{tokens}, {s.skipped} skipped",
-        f"  loss {maybe(s.loss, '.4f')} (trend {trend}){valid}",
+        f"  loss {maybe(s.loss, '.4f' if s.loss is None or abs(s.loss) < 1e9 else '.4g')} "
+        f"(trend {trend}){valid}",
         "  step time "
         + ("-" if s.step_time_s is None else seconds(s.step_time_s))
         + f"{spread} from step {s.timed_from}",
@@ -60,8 +65,11 @@ def render(report: RunReport) -> str:
     c = report.predicted
     if c is not None:
         given = f" {flags(tuple(c.set))}" if c.set else ""
-        lines.append(f"predicted by {c.spec}{given} on {c.devices} x {c.device}, against measured:")
-        lines += [f"  note: {n}" for n in c.notes]
+        lines.append(
+            f"predicted by {printable(c.spec)}{printable(given)} on {c.devices} x {c.device},"
+            " against measured:"
+        )
+        lines += [f"  note: {printable(n)}" for n in c.notes]
         lines.append(f"  {'':<24}{'predicted':>16}{'measured':>16}")
         rows = [
             ratio_line("step time", c.step_s, seconds),
@@ -77,7 +85,7 @@ def render(report: RunReport) -> str:
         lines.append(f"{len(report.alarms)} alarm{'s' if len(report.alarms) > 1 else ''}:")
         for a in report.alarms:
             who = f"rank {a.rank}" if len(a.ranks) == 1 else f"ranks {spans(a.ranks)}"
-            lines.append(f"  step {a.step}, {who}: {a.kind}: {a.message}")
+            lines.append(f"  step {a.step}, {who}: {a.kind}: {printable(a.message)}")
     else:
         lines.append("no alarms")
     return "\n".join(lines) + "\n"
