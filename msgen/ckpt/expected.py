@@ -71,10 +71,16 @@ def stage_layouts(result, spec_path: Path) -> list[Stage]:
 
 def rank_shapes(logical: dict, layouts: dict) -> dict[str, tuple[int, ...]]:
     """The slice shape of each tensor a rank of a stage with these layouts holds."""
-    try:
-        return {n: slice_shape(logical[n], layout) for n, layout in layouts.items() if n in logical}
-    except LayoutError as exc:
-        raise UsageError(f"the mesh cannot hold the spec's tensors: {exc}") from exc
+    out = {}
+    for name, layout in layouts.items():
+        if name in logical:
+            try:
+                out[name] = slice_shape(logical[name], layout)
+            except LayoutError as exc:
+                raise UsageError(
+                    f"the mesh cannot hold the spec's tensor {printable(name)}: {exc}"
+                ) from None
+    return out
 
 
 def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]], where=""):

@@ -33,6 +33,13 @@ def stage_devices(layout: dict) -> int:
 def _cuts(shape, layout: dict, local_rank: int) -> list[tuple[int, int, int]]:
     """(dim, parts, index) of each cut, in the order they apply."""
     matrix = layout["dev_matrix"]
+    if len(layout["tensor_map"]) != len(shape):
+        raise LayoutError(
+            f"its tensor_map has {len(layout['tensor_map'])} dims, the tensor {len(shape)}"
+        )
+    split = [m for m in layout["tensor_map"] if isinstance(m, int) and m >= 0]
+    if len(set(split)) != len(split):
+        raise LayoutError("its tensor_map splits two dims over one device dim")
     coords = np.unravel_index(local_rank, matrix)
     cuts = []
     for dim, mapped in enumerate(layout["tensor_map"]):

@@ -40,7 +40,14 @@ LAYOUT = Obj(
     },
     optional={"opt_weight_shard_size": Int(0, 1 << 20), "opt_weight_shard_step": Int(0, 1 << 20)},
 )
-STRATEGY = Obj(required={"parallel_layout_item": Dict(LAYOUT)})
+# MindSpore's merge of pipeline strategies reads each file's first strategy item's
+# stage (parallel/_parallel_serialization.py, _merge_json_strategy).
+STRATEGY = Obj(
+    required={
+        "parallel_layout_item": Dict(LAYOUT),
+        "parallel_strategy_item": Dict(Obj(required={"stage": Int(0, 1 << 20)})),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Source:
 def read_layouts(path: Path) -> dict:
     """A rank's strategy file: tensor name -> its layout, each checked."""
     doc = load_json(path, STRATEGY_LIMIT, STRATEGY)
+    if not doc["parallel_strategy_item"]:
+        raise BadInput(f"{printable(str(path))}: parallel_strategy_item: empty")
     for name, layout in doc["parallel_layout_item"].items():
         dims = len(layout["dev_matrix"])
         if any(m >= dims for m in layout["tensor_map"]):
@@ -92,8 +101,14 @@ def read_source(result, spec: Path, run: Path) -> Source:
     own = run_strategies(folders)
     if own is not None:
         for file, strategy in zip(files, own):
-            want = rank_shapes(logical, read_layouts(strategy))
-            held(file, want, f"{strategy.parent.name}/{strategy.name}")
+            named = f"{strategy.parent.name}/{strategy.name}"
+            try:
+                want = rank_shapes(logical, read_layouts(strategy))
+            except BadInput:
+                raise
+            except UsageError as exc:  # a layout no MindSpore run writes: the file is damaged
+                raise BadInput(f"{printable(named)}: {exc}") from None
+            held(file, want, named)
         return Source(step, files, {f"{p.parent.name}.json": p for p in own})
     expected = expected_strategies(result, spec)
     mesh = result.spec.mesh
