@@ -117,3 +117,23 @@ def test_the_guard_stops_a_hang_a_memory_hog_and_a_dying_worker():
     guard = Guard("os:_exit", seconds=60, memory=MEMORY)
     assert guard.run(3) == (False, "the worker died (exit code 3)")
     guard.close()
+
+
+# Cases of the whole campaign (seed 1, every surface) that were exit 70 once: damaged
+# strategy files through merge and reshard, a config.json of another model than its
+# tensors through from-hf. Each is refused now, naming the file.
+FOUND = (2140, 2424, 3340, 3432, 3663, 4302)
+
+
+def test_the_cases_the_campaign_found_are_refused(seeds, tmp_path):
+    guard = Guard("tests.file_mutations:guarded_case", SECONDS, MEMORY)
+    for name in sorted({SEED_OF[s] for s in SURFACES}):
+        seeds.folder(name)
+    try:
+        results = [guard.run(str(seeds.root), 1, i, SURFACES, None) for i in FOUND]
+    finally:
+        guard.close()
+    assert [r for done, r in results if not done] == []
+    assert [(case, status, wrong) for _, (case, status, _, wrong) in results] == [
+        (case, 2, []) for _, (case, *_) in results
+    ]

@@ -101,6 +101,12 @@ def from_hf(result, options: CkptOptions) -> int:
     entries = {name: headers[files[name]][0][name] for name in hf_names(model)}
     dtypes = {name: e.dtype for name, e in entries.items()}
     shapes = {name: e.shape for name, e in entries.items()}
+    for name, shape in hf_shapes(model).items():
+        if tuple(shapes[name]) != shape:  # the tensors are another model than config.json's
+            raise UsageError(
+                f"{printable(str(files[name]))}: {printable(name)} is {list(shapes[name])}, "
+                f"config.json makes it {list(shape)} (another model?)"
+            )
 
     def zeros(name: str) -> np.ndarray:  # shapes only: checked before any data is read
         return np.broadcast_to(np.float32(0), shapes[name])
