@@ -277,18 +277,22 @@ def valid_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
 def timed_steps(run: Run) -> Iterator[tuple[int, list[tuple[float, int]]]]:
     """(step, [(seconds, rank), ...] fastest first) for each step some rank timed, in
     step order; step 1 left out (the graph compiles then), and any time not above 0.
-    One pass over every rank's log at once (their step-time columns merged by step):
-    memory for one step's times besides the columns."""
-
-    def timed(r: RankLog):
-        values, present = r.table.strided("step_time")
-        return zip(r.steps, values, present, repeat(r.rank))
-
-    logs = list(map(timed, run.ranks))
-    merged = logs[0] if len(logs) == 1 else heapq.merge(*logs, key=itemgetter(0))
-    for step, at_step in groupby(merged, key=itemgetter(0)):
+    One pass over every rank's step-time column at once: row by row when every rank
+    logged the same steps (the usual run), else merged by step; memory for one step's
+    times besides the columns."""
+    columns = [r.table.strided("step_time") for r in run.ranks]
+    first = run.ranks[0].steps
+    if all(r.steps == first and len(v) == len(first) for r, (v, _) in zip(run.ranks, columns)):
+        ranks = [r.rank for r in run.ranks]
+        rows = zip(first, zip(*(v for v, _ in columns)), zip(*(h for _, h in columns)))
+        at_steps = ((step, zip(took, here, ranks)) for step, took, here in rows)
+    else:
+        logs = [zip(r.steps, v, h, repeat(r.rank)) for r, (v, h) in zip(run.ranks, columns)]
+        merged = heapq.merge(*logs, key=itemgetter(0))
+        at_steps = ((step, (x[1:] for x in at)) for step, at in groupby(merged, itemgetter(0)))
+    for step, at_step in at_steps:
         if step > 1:
-            times = sorted((took, rank) for _, took, here, rank in at_step
+            times = sorted((took, rank) for took, here, rank in at_step
                            if here and 0 < took < math.inf)  # fmt: skip
             if times:
                 yield step, times
