@@ -69,13 +69,11 @@ class Table:
         j = i * len(self.names) + self.names.index(name)
         return self.values[j] if self.present[j] else None
 
-    def strided(self, name: str) -> tuple[array, bytes]:
-        """The column's values and which rows have one, each a copy (9 bytes a row);
-        empty when the log has no such column."""
-        if name not in self.names:
-            return array("d"), b""
+    def numbers(self, name: str, start: int = 0) -> array:
+        """The column's value at each row from row `start` on, NaN where a row has none
+        (for readers of finite values alone), as a copy: 8 bytes a row, read at C speed."""
         j, width = self.names.index(name), len(self.names)
-        return self.values[j::width], bytes(self.present[j::width])
+        return self.values[start * width + j :: width]
 
     def column(self, name: str, start: int = 0) -> Iterator[float | None]:
         """The column's value at each row from row `start` on (None where it has none)."""
@@ -174,7 +172,8 @@ def read_log(path: Path, where: str) -> Log:
         width, at_step = len(header), header.index("step")
         names = tuple(name for name in COLUMNS if name in header)
         log.table = table = Table(names)
-        picked = itemgetter(at_step, *(header.index(name) for name in names))
+        fetch = itemgetter(at_step, *(header.index(name) for name in names))
+        picked = fetch if names else lambda fields: (fetch(fields),)
         steps, values, present = log.steps, table.values, table.present
         for fields in rows:
             if too_long and reader.line_num in too_long:
