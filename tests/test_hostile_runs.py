@@ -327,6 +327,17 @@ def test_a_log_the_csv_module_refuses_or_a_huge_step_is_a_note(tmp_path, case):
     assert doc["summary"]["steps"] == 32
 
 
+def test_a_log_of_steps_alone_is_read(tmp_path):
+    """No column the report reads but `step`: the steps are read (the row's other
+    fields are not taken for them)."""
+    run = lay_out(tmp_path / "run", {0: "step,other\n1,x\n22,y\n"})
+    status, out, err = msgen("report", run, "--json", "--svg", tmp_path / "a.svg")
+    assert status == 0, err
+    assert json.loads(out)["ranks"][0] | {"run_json": None} == {
+        "rank": 0, "first_step": 1, "last_step": 22, "rows": 2, "run_json": None, "segments": 0
+    }  # fmt: skip
+
+
 # 5. Unclear or unsafe messages ---------------------------------------------------------
 
 
