@@ -7,7 +7,8 @@ however long, is held whole.
 A partial log is read as far as it goes, and each gap is a note: a last row cut
 short (no line end after it), a malformed row (a field count other than the
 header's, a value that is no number, a step outside 0..MAX_STEP), a line over the
-limit, a line the csv module refuses (named with its line number). A step that
+limit, a line the csv module refuses (a quoted field running over lines past the
+limit; named with its line number). A step that
 repeats or goes back (a run restarted without cutting its log back) keeps the later
 rows: the earlier rows from that step on are dropped. Each kind of note is said for
 the first NOTES_PER_KIND lines, then counted.
@@ -23,6 +24,7 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -157,13 +159,25 @@ def open_regular(path: Path):
         raise
 
 
+@contextmanager
+def field_limit(limit: int):
+    """The csv module's field limit set to `limit` while a log is read, then put back:
+    a quoted field running over many lines stops at it whatever the process had set
+    (importing MindSpore sets 10 MiB)."""
+    previous = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(previous)
+
+
 def read_log(path: Path, where: str) -> Log:
     """The rows of the log.csv at `path` and notes (each starting with `where`) on what
     was left out. NotALog when it has no header with a `step` column; OSError when it
     cannot be read."""
     notes, too_long = _Notes(where), set()
     log = Log()
-    with open_regular(path) as f:
+    with open_regular(path) as f, field_limit(LINE_LIMIT):
         reader = csv.reader(_lines(f, notes, too_long))
         rows = _rows(reader, notes)
         header = next(rows, None)
