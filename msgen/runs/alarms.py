@@ -151,16 +151,21 @@ def spikes(r: RankLog, column: str, warm: int, k: float, floor, t: Thresholds):
     history: deque[float] = deque(maxlen=t.window)
     recent: deque[float] = deque(maxlen=t.level_rows)
     seen, steps = 0, r.steps  # finite values so far
-    for i, value in enumerate(r.values(column)):
-        if value is None or not math.isfinite(value):
+    # The deviation is at least the floor, so a value within k floors of its level is
+    # no spike; and level + k floors grows with the level (k x floor[0] < 1), which is
+    # at least the lowest recent value: a value within k floors of that is none either.
+    monotone = k * floor[0] < 1
+    for i, value in enumerate(r.numbers(column)):
+        if not math.isfinite(value):
             continue
         if steps[i] > warm and seen >= t.min_history:
-            level = middle(recent)
-            # the deviation is at least the floor: a value within k floors is no spike
-            if value > level + k * max(floor[0] * abs(level), floor[1]):
-                high = robust_high(value, list(history), t, k, floor)
-                if high is not None:
-                    yield i, high
+            low = min(recent)
+            if not monotone or value > low + k * max(floor[0] * abs(low), floor[1]):
+                level = middle(recent)
+                if value > level + k * max(floor[0] * abs(level), floor[1]):
+                    high = robust_high(value, list(history), t, k, floor)
+                    if high is not None:
+                        yield i, high
         history.append(value)
         recent.append(value)
         seen += 1
@@ -180,7 +185,7 @@ def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
     fire("nonfinite_loss", streaks(x is not None and not math.isfinite(x) for x in r.values("loss")),
          lambda i, j: f"the loss is {loss(i):g}" + steps_to(steps, i, j))  # fmt: skip
     fire("skipped_updates",
-         streaks(((x or 0) >= 1 for x in r.values("skipped")), t.skipped_run),
+         streaks((x >= 1 for x in r.numbers("skipped")), t.skipped_run),
          lambda i, j: f"{j - i + 1} updates in a row skipped (gradients not finite)"
          + steps_to(steps, i, j))  # fmt: skip
     for kind, column, k, floor in (
@@ -195,7 +200,7 @@ def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
 
     def rises():
         before = None
-        for i, now in enumerate(r.values("peak_memory_bytes")):
+        for i, now in enumerate(r.numbers("peak_memory_bytes")):
             yield steps[i] > warm and finite(now) and finite(before) and now > before
             before = now
 
@@ -229,7 +234,7 @@ def valid_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
     loss (the median of `trend_rows` rows up to an evaluation) fell over them; after
     that, again only once the validation loss has reached a new best."""
     rows, values, best = array("q"), array("d"), array("d")  # per evaluation
-    for i, v in enumerate(r.values("valid_loss")):
+    for i, v in enumerate(r.numbers("valid_loss")):
         if finite(v):
             rows.append(i)
             values.append(v)
@@ -277,19 +282,21 @@ def valid_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
 def timed_steps(run: Run) -> Iterator[tuple[int, list[tuple[float, int]]]]:
     """(step, [(seconds, rank), ...] fastest first) for each step some rank timed, in
     step order; step 1 left out (the graph compiles then), and any time not above 0.
-    One pass over every rank's log at once (their step-time columns merged by step):
-    memory for one step's times besides the columns."""
-
-    def timed(r: RankLog):
-        values, present = r.table.strided("step_time")
-        return zip(r.steps, values, present, repeat(r.rank))
-
-    logs = list(map(timed, run.ranks))
-    merged = logs[0] if len(logs) == 1 else heapq.merge(*logs, key=itemgetter(0))
-    for step, at_step in groupby(merged, key=itemgetter(0)):
+    One pass over every rank's step-time column at once: row by row when every rank
+    logged the same steps (the usual run), else merged by step; memory for one step's
+    times besides the columns."""
+    columns = [r.numbers("step_time") for r in run.ranks]  # NaN: no time
+    first = run.ranks[0].steps
+    if all(r.steps == first for r in run.ranks):
+        ranks = [r.rank for r in run.ranks]
+        at_steps = ((step, zip(took, ranks)) for step, took in zip(first, zip(*columns)))
+    else:
+        logs = [zip(r.steps, took, repeat(r.rank)) for r, took in zip(run.ranks, columns)]
+        merged = heapq.merge(*logs, key=itemgetter(0))
+        at_steps = ((step, (x[1:] for x in at)) for step, at in groupby(merged, itemgetter(0)))
+    for step, at_step in at_steps:
         if step > 1:
-            times = sorted((took, rank) for _, took, here, rank in at_step
-                           if here and 0 < took < math.inf)  # fmt: skip
+            times = sorted((took, rank) for took, rank in at_step if 0 < took < math.inf)
             if times:
                 yield step, times
 

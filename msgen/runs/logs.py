@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -80,6 +81,13 @@ class RankLog:
         if column not in self.table.names:
             return (None for _ in islice(self.steps, start, None))
         return self.table.column(column, start)
+
+    def numbers(self, column: str, start: int = 0) -> array:
+        """The column's value at each row from row `start` on, NaN where a row has none:
+        for readers of its finite values (filter(math.isfinite, ...) at C speed)."""
+        if column not in self.table.names:
+            return array("d", [math.nan]) * max(0, self.rows - start)
+        return self.table.numbers(column, start)
 
     def series(self, column: str, start: int = 0) -> Iterator[tuple[int, float]]:
         """(step, value) of the rows from row `start` on that have a value in `column`."""

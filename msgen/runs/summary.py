@@ -45,7 +45,8 @@ class Summary:
 
 
 def reference(run: Run) -> RankLog:
-    return next((r for r in run.ranks if any(finite(x) for _, x in r.series("loss"))), run.ranks[0])
+    return next((r for r in run.ranks if any(map(math.isfinite, r.numbers("loss")))),
+                run.ranks[0])  # fmt: skip
 
 
 def timed_from(rank: RankLog, t: Thresholds) -> int:
@@ -96,7 +97,7 @@ def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) ->
     def column(name: str) -> list[float]:
         """The column's finite values over the timed steps, sorted (one list at a time:
         a long log's column is some 40 bytes a row as floats)."""
-        return sorted(x for x in ref.values(name, start) if x is not None and math.isfinite(x))
+        return sorted(filter(math.isfinite, ref.numbers(name, start)))
 
     times = column("step_time")
     step_time = mid(times)
@@ -104,8 +105,8 @@ def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) ->
     del times
     speed = mid(column("tokens_per_s"))
     mfu = mid(column("mfu"))
-    memory = max((x for r in run.ranks for _, x in r.series("peak_memory_bytes")
-                  if finite(x) and x > 0), default=None)  # fmt: skip
+    memory = max((x for r in run.ranks for x in filter(math.isfinite, r.numbers(
+        "peak_memory_bytes")) if x > 0), default=None)  # fmt: skip
     per_step = tokens_per_step(run) or per_step
     trend = slope(losses)
     return Summary(
