@@ -26,6 +26,7 @@ import pytest
 from msgen.cli import main
 from tests.doctor_fakes import TINY, VENV_BIN, FakeHost, free_port
 from tests.readme_sections import section_commands
+from tests.test_hostile_data import tmpfs
 
 ROOT = Path(__file__).resolve().parents[1]
 SET = ("--set", "cluster.per_node=2")
@@ -198,14 +199,6 @@ def test_report_says_a_cpu_run_is_held_against_an_ascend_prediction(project):
     )
     doc = json.loads(msgen("report", "output", "--json", cwd=project)[1])["predicted"]
     assert (doc["run_device"], doc["same_device"]) == ("CPU", False)
-
-
-def tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    if os.geteuid() != 0:
-        return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0  # fmt: skip
 
 
 def test_a_disk_between_the_real_need_and_the_bound_does_not_stop_the_launch(tmp_path):

@@ -75,11 +75,7 @@ class Int(Schema):
     def check(self, value, name, path=""):
         if isinstance(value, bool) or not isinstance(value, int):
             self.refuse(value, name, path, "an integer")
-        if (self.low is not None and value < self.low) or (
-            self.high is not None and value > self.high
-        ):
-            raise BadInput(f"{_where(name, path)}: {value} is outside {self.low}..{self.high}")
-        return value
+        return _within(value, self.low, self.high, name, path)
 
 
 @dataclass(frozen=True)
@@ -92,11 +88,7 @@ class Num(Schema):
     def check(self, value, name, path=""):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.refuse(value, name, path, "a number")
-        if (self.low is not None and value < self.low) or (
-            self.high is not None and value > self.high
-        ):
-            raise BadInput(f"{_where(name, path)}: {value} is outside {self.low}..{self.high}")
-        return value
+        return _within(value, self.low, self.high, name, path)
 
 
 @dataclass(frozen=True)
@@ -170,6 +162,12 @@ class Obj(Schema):
             if key in value:
                 schema.check(value[key], name, _join(path, key))
         return value
+
+
+def _within(value, low, high, name: str, path: str):
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise BadInput(f"{_where(name, path)}: {value} is outside {low}..{high}")
+    return value
 
 
 def _join(path: str, key: str) -> str:
