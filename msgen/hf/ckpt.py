@@ -91,6 +91,7 @@ def from_hf(result, options: CkptOptions) -> int:
 
     config = read_config(options.source / "config.json")
     model = model_of(config, printable(str(options.source / "config.json")))
+    _same_layers(model, result, printable(str(options.source / "config.json")))
     files = _hf_files(options.source)
     headers = {path: read_header(path) for path in set(files.values())}
     absent = [n for n in hf_names(model) if n not in headers.get(files.get(n), ({},))[0]]
@@ -222,17 +223,26 @@ def _source(path: Path) -> dict:
     return source
 
 
-def _same_model(model: HfModel, expected: dict, where: str) -> None:
+def _same_layers(model: HfModel, result, where: str) -> None:
+    """The config's layer count is the spec's: checked before its tensors are named
+    (a config of 10^8 layers is not enumerated)."""
+    layers = result.spec.model.dims.get("layers")
+    if model.layers != layers:
+        raise UsageError(f"{where} is not the spec's model: {model.layers} layers, not {layers}")
+
+
+def _same_model(model: HfModel, result, where: str) -> None:
     """The model a config describes has the spec's parameters, names and shapes (by
     the tensors transformers would give it, converted): checked before anything is
     read, so a config of another model is one line, not a failed conversion."""
+    _same_layers(model, result, where)
     shapes = hf_shapes(model)
 
     def zeros(name: str) -> np.ndarray:
         return np.broadcast_to(np.float32(0), shapes[name])
 
     try:
-        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, spec_params(result))
     except UsageError as exc:
         raise UsageError(f"{where} is not the spec's model: {exc}") from None
 
@@ -242,12 +252,7 @@ def to_hf_command(result, options: CkptOptions) -> int:
     source = _source(source_file)
     where = f"{printable(str(source_file))}: config"
     model = model_of(source["config"], where)
-    shapes = hf_shapes(model)  # the config's model is the spec's, or nothing is read
-    try:
-        zeros = lambda name: np.broadcast_to(np.float32(0), shapes[name])  # noqa: E731
-        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, spec_params(result))
-    except UsageError as exc:
-        raise UsageError(f"{where} is not the spec's model: {exc}") from None
+    _same_model(model, result, where)  # the config's model is the spec's, or nothing is read
     inputs = {"the checkpoint folder": options.source}
     if options.origin:
         inputs["--from-hf"] = options.origin
