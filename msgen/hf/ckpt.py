@@ -89,9 +89,11 @@ def _hf_files(folder: Path) -> dict[str, Path]:
 def from_hf(result, options: CkptOptions) -> int:
     import mindspore as ms
 
-    config = read_config(options.source / "config.json")
-    model = model_of(config, printable(str(options.source / "config.json")))
-    _same_layers(model, result, printable(str(options.source / "config.json")))
+    config_file = options.source / "config.json"
+    config = read_config(config_file)
+    named = printable(str(config_file))
+    model = model_of(config, named)
+    _same_layers(model, result, named)
     files = _hf_files(options.source)
     headers = {path: read_header(path) for path in set(files.values())}
     absent = [n for n in hf_names(model) if n not in headers.get(files.get(n), ({},))[0]]
