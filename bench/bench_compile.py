@@ -100,7 +100,7 @@ def command_times(spec: Path, out: Path, runs: int) -> list[float]:
 def phase_times(spec: Path, out: Path, runs: int) -> dict[str, list[float]]:
     """check (read, parse, lower, checks), emit (plan and every file's text), write."""
     from msgen.analysis.plan import build_plan
-    from msgen.commands.tree import write_tree
+    from msgen.base.tree import write_tree
     from msgen.compiler import analyze
     from msgen.emit import emit
 
