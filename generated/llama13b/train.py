@@ -377,9 +377,21 @@ def semi_auto(cell):
     # stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every sample
     # would count TP times (mindformers trainer/base_trainer.py uses this form).
     cell.dataset_strategy(((DP, 1), (DP, 1)))
+    # MC2 (matmul fused with its tp collective) and the tp collectives of backward
+    # beside the weight-gradient matmuls: parallel_speed_up.json beside this file, read
+    # as mindformers' parallel_speed_up_json_path is (docs/parity.md).
+    cell.transformer_opt(str(Path(__file__).with_name("parallel_speed_up.json")))
     cell.pipeline(stages=PP, scheduler="1f1b")
     cell.hsdp(optimizer_level="level1")
     return cell
+
+
+def performance_switches():
+    """jit_level O0, kernel by kernel (docs/parity.md):
+    mindformers 2.0.0's 910B configurations all set it.
+    Unset, MindSpore picks O2 under a rank table (core/utils/ms_context.cc GetJitLevel);
+    the AutoParallel wrapper's @jit keeps the global level."""
+    ms.set_context(jit_config={"jit_level": "O0"})
 
 
 def parameter_groups(network):
@@ -1052,6 +1064,7 @@ def main():
         for path in (DATA, VALID) if VALID else (DATA,):
             check_data(path)
     ms.set_context(mode=ms.GRAPH_MODE)
+    performance_switches()
     if args.rehearse:
         ms.set_context(device_target="CPU")
     ms.runtime.set_memory(max_size="58GB")  # the spec's memory budget

@@ -62,6 +62,7 @@ def hostinfo_py(header: tuple[str, str]) -> str:
 
 
 def emit(plan: Plan, spec_path: str, sets: tuple[str, ...] = ()) -> dict[str, str]:
+    from msgen.analysis.switches import SPEED_UP_FILE
     from msgen.emit.build import build_context
     from msgen.emit.launch import (
         LaunchContext,
@@ -104,6 +105,8 @@ def emit(plan: Plan, spec_path: str, sets: tuple[str, ...] = ()) -> dict[str, st
             sets,
         ),
     }
+    if context.switches.speed_up:  # train.py hands it to AutoParallel.transformer_opt
+        files[SPEED_UP_FILE] = json.dumps(dict(context.switches.speed_up), indent=4) + "\n"
     if spec.semi_auto:  # each rank writes one
         files.update(strategy_files(json.loads(files["plan.json"])))
     if cluster.device_ips is not None:

@@ -7,6 +7,7 @@ from msgen.analysis.facts import OpFacts
 from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
+from msgen.analysis.switches import switches
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
@@ -246,4 +247,5 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
         model_flops_per_step=step_flops(plan).model,
         device=spec.cluster.device,
         peak_flops=DEVICES[spec.cluster.device].peak_flops,
+        switches=switches(plan),
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msgen.analysis.switches import Switches
 from msgen.checks.reserved import camel
 from msgen.ops import OPS
 from msgen.ops.base import Strategy
@@ -161,6 +162,8 @@ class ModelContext:
     gradient_from: tuple[tuple[str, str], ...] = field(default=())
     # The comment lines saying which --set flags the tree was compiled with (none: none)
     compiled_with: tuple[str, ...] = field(default=())
+    # the performance switches train.py sets (msgen/analysis/switches.py)
+    switches: Switches = field(default=Switches(None, ()))
 
     @property
     def class_name(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgen.analysis.switches import SPEED_UP_FILE
 from msgen.emit import opcode
 from msgen.emit.context import ModelContext
 from msgen.emit.imports import model_imports
@@ -53,4 +54,4 @@ def render_model(ctx: ModelContext) -> str:
 
 
 def render_train(ctx: ModelContext) -> str:
-    return _render("train.py.j2", ctx=ctx, dtypes=DTYPES)
+    return _render("train.py.j2", ctx=ctx, dtypes=DTYPES, speed_up_file=SPEED_UP_FILE)
