@@ -37,7 +37,13 @@ def published() -> tuple[dict[str, list[str]], dict[str, list[Run]]]:
         result = analyze(VALIDATION / entry["spec"], entry["set"])
         plan = Plan(result.spec, result.facts)
         measured = {m: entry[m] for m in MEASURES if m in entry}
-        run = Run.of(entry["source"], plan, measured, fitted=entry["role"] == "fit")
+        run = Run.of(
+            entry["source"],
+            plan,
+            measured,
+            fitted=entry["role"] == "fit",
+            kernels=frozenset(entry["kernels"]),
+        )
         by_device.setdefault(plan.spec.cluster.device, []).append(run)
     return doc["fitted"], by_device
 

@@ -27,7 +27,8 @@ def runs_on(device: str) -> list[Run]:
         if result.spec.cluster.device == device:
             measured = {m: entry[m] for m in MEASURES if m in entry}
             plan = Plan(result.spec, result.facts)
-            out.append(Run.of(entry["source"], plan, measured, entry["role"] == "fit"))
+            fitted, kernels = entry["role"] == "fit", frozenset(entry["kernels"])
+            out.append(Run.of(entry["source"], plan, measured, fitted, kernels))
     return out
 
 

@@ -49,16 +49,25 @@ PASSES = 100  # at most; a pass that moves nothing ends the search
 @dataclass(frozen=True)
 class Run:
     """One measured run: its plan, its memory estimate (the time model's input,
-    computed once), measure -> seconds, and whether the fit uses it."""
+    computed once), measure -> seconds, whether the fit uses it, and the kernels it
+    ran fused (msgen/estimate/kernels.py; None: those the generated code runs)."""
 
     source: str
     plan: Plan
     memory: Estimate
     measured: Mapping[str, float]
     fitted: bool
+    kernels: frozenset[str] | None = None
 
     @classmethod
-    def of(cls, source: str, plan: Plan, measured: Mapping[str, float], fitted: bool) -> Run:
+    def of(
+        cls,
+        source: str,
+        plan: Plan,
+        measured: Mapping[str, float],
+        fitted: bool,
+        kernels: frozenset[str] | None = None,
+    ) -> Run:
         unknown = set(measured) - set(MEASURES)
         if unknown:
             raise ValueError(
@@ -68,7 +77,7 @@ class Run:
         bad = [m for m, s in measured.items() if not (math.isfinite(s) and s > 0)]
         if bad:
             raise ValueError(f"{source}: {bad[0]} = {measured[bad[0]]} is not a positive time")
-        return cls(source, plan, estimate(plan), dict(measured), fitted)
+        return cls(source, plan, estimate(plan), dict(measured), fitted, kernels)
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ class Fit:
 
 def predicted(run: Run, device: Device) -> dict[str, float]:
     """What the time model says of each measure the run has, on `device`."""
-    t = step_time(run.plan, run.memory, device)
+    t = step_time(run.plan, run.memory, device, run.kernels)
     if t is None:
         raise ValueError(f"{run.source}: the time model has no step time for this plan")
     every = {"step": t.step_s}

@@ -153,6 +153,10 @@ class TimeReport(_Data):
     bubble_fraction: float
     layers: list[LayerTimeReport]
     stages: list[StageTimeReport]
+    kernels: dict[str, str] = Field(
+        description='kernel -> "fused" or "basic": the path the generated code takes and '
+        "the model prices, for each kernel msgen prices two ways (docs/parity.md)"
+    )
     moe_validation: MoeValidationReport | None = Field(
         None, description="with moe ops only: what the MoE step time was checked against"
     )
@@ -224,6 +228,7 @@ def time_report(t: StepTime, moe: MoeValidation | None = None) -> TimeReport:
         bubble_fraction=t.bubble_fraction,
         layers=[LayerTimeReport(**fields_of(LayerTimeReport, k)) for k in t.layers],
         stages=[StageTimeReport(**fields_of(StageTimeReport, s)) for s in t.stages],
+        kernels=dict(t.kernels),
         moe_validation=moe_validation_report(moe) if moe else None,
     )
 

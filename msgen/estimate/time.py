@@ -42,6 +42,7 @@ from msgen.estimate.flops import (
     step_flops,
     tokens_per_step,
 )
+from msgen.estimate.kernels import ALL_FUSED, generated, paths, priced
 from msgen.estimate.memory import Estimate, precision, slice_shape, stage_params
 from msgen.ir.devices import Device, Link
 from msgen.ir.fieldwise import Fieldwise
@@ -78,6 +79,8 @@ class Machine:
     matmul_flops: float  # at the spec's compute dtype
     mesh: RankMesh  # the ranks, and which server each group is on
     sizes: dict[str, int]
+    # the kernels run fused (msgen/estimate/kernels.py); every one: the ops' own prices
+    fused: frozenset[str] = ALL_FUSED
 
     def kernel_time(self, work: Work, share: int, kernels: int) -> float:
         """`work` spread over `share` devices, run as `kernels` kernels."""
@@ -134,7 +137,7 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
     op = OPS[of.node.kind]
     layout = of.layout
     share = sharing(layout, machine.sizes)
-    fwd = op_work(of, ctx)
+    fwd, extra = priced(of.node, op_work(of, ctx), machine.fused)
     bwd = op.backward_work(of.node, fwd)
 
     def comm(collectives) -> float:
@@ -163,10 +166,12 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
     overlappable = comm(c for c in backward if not c.blocking)
     return OpCost(
         forward=Cost(
-            machine.kernel_time(fwd, share, 1), comm(forward) + redistribute, forward_exposed
+            machine.kernel_time(fwd, share, 1 + extra),
+            comm(forward) + redistribute,
+            forward_exposed,
         ),
         backward=Cost(
-            machine.kernel_time(bwd, share, 2),
+            machine.kernel_time(bwd, share, 2 * (1 + extra)),
             blocking + max(0.0, overlappable - weight_gradient) + redistribute,
             backward_exposed,
         ),
@@ -255,6 +260,8 @@ class StepTime:
     tokens_per_step: int
     devices: int
     peak_flops: float
+    # (kernel, "fused" or "basic"): the path priced for each (msgen/estimate/kernels.py)
+    kernels: tuple[tuple[str, str], ...] = ()
 
     @property
     def step_s(self) -> float:
@@ -292,16 +299,23 @@ def unhidden(cost: Cost, overlap: float) -> float:
     return cost.compute + cost.comm - min(cost.tp_comm * overlap, cost.compute)
 
 
-def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTime | None:
+def step_time(
+    plan: Plan, est: Estimate, device: Device | None = None, fused: frozenset[str] | None = None
+) -> StepTime | None:
     """The step-time model of a checked spec on its device, or on `device` (None
-    on a device the catalogue lacks)."""
+    on a device the catalogue lacks), with the kernels the generated code runs fused,
+    or those of `fused` (a published run's: msgen/estimate/kernels.py)."""
     spec = plan.spec
     device = device or est.device
     if device is None:
         return None
     sizes = dict(est.mesh)
     ctx = context(spec)
-    machine = Machine(device, device.matmul_flops[spec.model.dtype], RankMesh.of(spec), sizes)
+    if fused is None:
+        fused = generated(plan)
+    machine = Machine(
+        device, device.matmul_flops[spec.model.dtype], RankMesh.of(spec), sizes, fused
+    )
     cal = device.calibration
     m = spec.micro_batches
     per_copy = {
@@ -374,6 +388,7 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
         tokens_per_step=tokens_per_step(plan),
         devices=est.devices,
         peak_flops=device.peak_flops,
+        kernels=paths(spec, fused),
     )
 
 

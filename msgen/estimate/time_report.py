@@ -131,6 +131,8 @@ def render_time(t: StepTime, moe: MoeValidation | None = None) -> list[str]:
         f"  FLOPs per step: model {t.flops.model:.3e}, hardware {t.flops.hardware:.3e} "
         f"(recompute, flash); bubble {t.bubble_fraction:.1%} of the slowest stage",
     ]
+    if t.kernels:
+        lines.append(f"  kernels: {', '.join(f'{k} {path}' for k, path in t.kernels)}")
     for k in t.layers:
         lines.append(
             f"  {k.layer}, one copy, one micro-batch: forward {seconds(k.forward_s)}, "
