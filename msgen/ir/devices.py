@@ -92,8 +92,11 @@ ASCEND_HCCS = Link(bandwidth=56 * GB, latency=10 * US, efficiency=0.33, full_mes
 ASCEND_ROCE = Link(bandwidth=25 * GB, latency=15 * US, efficiency=0.8)  # efficiency assumed
 # Fitted on MindSpeed-LLM's LLaMA2 runs on Atlas 900 A2 PODc (specs/validation/):
 # the 7B run (tp 1, pp 2, dp 4; 4,241 tokens/s per NPU) fixes matmul_efficiency,
-# the 13B run (tp 8 with MC2 overlapping tp communication; 1,990 tokens/s per NPU)
-# fixes tp_overlap: two parameters, two runs, so both are met by construction.
+# the 13B run (tp 8 with sequence parallelism; 1,990 tokens/s per NPU; its script
+# examples/mcore/llama2/pretrain_llama2_13b_ptd.sh asks for the fused RMSNorm, SwiGLU
+# and rope and flash attention, and no MC2) fixes tp_overlap: two parameters, two
+# runs, so both are met by construction. Each run is priced with the kernels its
+# source ran (published.json's `kernels`, msgen/estimate/kernels.py).
 # Checked on MindFormers' LLaMA2-7B and 13B runs on Atlas 800T A2 (dp 8; not fitted).
 # memory_efficiency, dp_overlap, kernel_overhead: assumed.
 ASCEND_CANN = Calibration(
