@@ -78,13 +78,20 @@ def op_kernels(node: OpNode) -> tuple[str, ...]:
 
 def generated(plan: Plan) -> frozenset[str]:
     """The kernels the generated code of a plan runs fused: GENERATED_ON_ASCEND and
-    MC2 (where its switch is set) on an Ascend device, none elsewhere (where the
-    attention op still prices `flash = true` as the flash kernel: its stand-in's
-    cost is not modelled)."""
+    MC2 (where its switch is set) on an Ascend device, none elsewhere."""
     device = DEVICES.get(plan.spec.cluster.device)
     if device is None or device.target != "Ascend":
         return frozenset()
     return GENERATED_ON_ASCEND | ({"mc2"} if switches(plan).mc2 else set())
+
+
+def as_run(node: OpNode, fused: frozenset[str]) -> OpNode:
+    """The op as its path runs it: an attention that asks for flash composes its scores
+    in memory where the flash kernel does not run (the stand-in of
+    templates/ops/attention.py.j2), and is priced so."""
+    if node.kind == "attention" and node.args.get("flash") and "flash" not in fused:
+        return node.model_copy(update={"args": {**node.args, "flash": False}})
+    return node
 
 
 def priced(node: OpNode, fwd: Work, fused: frozenset[str]) -> tuple[Work, int]:

@@ -26,7 +26,7 @@ latest stage to finish. Every term is kept, so a report can show why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from msgen.analysis.facts import OpFacts, context
@@ -42,7 +42,7 @@ from msgen.estimate.flops import (
     step_flops,
     tokens_per_step,
 )
-from msgen.estimate.kernels import ALL_FUSED, generated, paths, priced
+from msgen.estimate.kernels import ALL_FUSED, as_run, generated, paths, priced
 from msgen.estimate.memory import Estimate, precision, slice_shape, stage_params
 from msgen.ir.devices import Device, Link
 from msgen.ir.fieldwise import Fieldwise
@@ -137,8 +137,9 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
     op = OPS[of.node.kind]
     layout = of.layout
     share = sharing(layout, machine.sizes)
-    fwd, extra = priced(of.node, op_work(of, ctx), machine.fused)
-    bwd = op.backward_work(of.node, fwd)
+    node = as_run(of.node, machine.fused)
+    fwd, extra = priced(node, op_work(replace(of, node=node), ctx), machine.fused)
+    bwd = op.backward_work(node, fwd)
 
     def comm(collectives) -> float:
         return sum(
