@@ -1,0 +1,82 @@
+"""The mla op's generated cell (templates/ops/mla.py.j2) run by MindSpore on the CPU:
+against transformers 4.57's DeepseekV3Attention with the same weights, q LoRA on and
+off, and op by op against the numpy references (tests/test_op_mla.py) inside the
+compiled tests/specs/tiny_mla.msl network, whose loss is numpy's too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests import emit_fixtures
+from tests import reference_numpy as ref
+from tests.emit_fixtures import plan
+from tests.test_api_check import instantiate, stage_devices, strategy_problems, trace, unexercised
+from tests.test_generated import batch, check_against_plan, mindspore_loss, randomised
+from tests.test_generated import build as build_network
+from tests.test_op_mla import hf_forward, hf_module, hf_params
+from tests.test_ops import network
+from tests.test_ops import test_each_op_computes_its_reference as computes_its_reference
+from tests.test_ops import test_each_op_imports_what_its_code_uses as imports_what_it_uses
+
+VARIANTS = {"tiny_mla": "", "tiny_mla_no_q_lora": "q_lora_rank = 24, "}
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant(request, tmp_path, monkeypatch):
+    name = request.param
+    if VARIANTS[name]:
+        text = emit_fixtures.SPECS["tiny_mla"].read_text()
+        path = tmp_path / f"{name}.msl"
+        path.write_text(text.replace(VARIANTS[name], ""))
+        monkeypatch.setitem(emit_fixtures.SPECS, name, path)
+    return name
+
+
+def test_the_generated_cell_equals_transformers_deepseek_v3_attention(variant):
+    """The first layer's MLA cell, its weights transformers' (transposed to [in, out]),
+    on a random batch of two rows: its output equals DeepseekV3Attention's before
+    o_proj, in fp32 within 1e-4."""
+    import mindspore as ms
+
+    module, config, modeling = hf_module("v3", q_lora=variant == "tiny_mla")
+    cell = network(variant).decoder[0].att
+    weights = hf_params(module)
+    params = {p.name.rsplit(".", 1)[-1]: p for p in cell.get_parameters()}
+    assert sorted(params) == sorted(weights)
+    for name, value in weights.items():
+        params[name].set_data(ms.Tensor(value.astype(np.float32)))
+    x = np.random.default_rng(3).normal(size=(2, 32, 64))
+    got = cell(ms.Tensor(x.astype(np.float32))).asnumpy()
+    want = hf_forward("v3", module, config, modeling, x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_mla_code_computes_its_reference(variant):
+    computes_its_reference(variant)
+
+
+def test_mla_code_imports_what_it_uses():
+    imports_what_it_uses("tiny_mla")
+
+
+def test_parameters_are_the_plan_params():
+    check_against_plan(build_network("tiny_mla"), emit_fixtures.plan_json("tiny_mla"))
+
+
+def test_strategies_fit_the_inputs_and_the_shape_only_trace_agrees():
+    net = instantiate("tiny_mla", lazy=False)
+    real = trace(net, "tiny_mla", shape_only=False)
+    assert real and strategy_problems(real, stage_devices("tiny_mla")) == []
+    assert unexercised(net, real) == set()
+    shaped = trace(instantiate("tiny_mla", lazy=True), "tiny_mla", shape_only=True)
+    assert [(c.path, c.shapes) for c in shaped] == [(c.path, c.shapes) for c in real]
+
+
+def test_the_network_loss_is_numpys():
+    net, rng = randomised("tiny_mla")
+    tokens, labels = batch("tiny_mla", rng, rows=2)
+    params = {p.name: p.asnumpy() for p in net.get_parameters()}
+    loss = mindspore_loss(net, tokens, labels)
+    expected = ref.forward_loss(plan("tiny_mla"), params, tokens, labels)
+    assert abs(loss - expected) <= 1e-4 * max(1.0, abs(expected)), (loss, expected)
