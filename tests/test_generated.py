@@ -531,7 +531,8 @@ def test_specs_cover_the_op_kinds():
     from msgen.ops import OPS
 
     kinds = set()
-    for name in (*TINY, "tiny_moe"):  # tiny_moe's code is run by tests/test_moe_code.py
+    # tiny_moe's and tiny_mla's code is run by tests/test_moe_code.py and test_mla_code.py
+    for name in (*TINY, "tiny_moe", "tiny_mla"):
         doc = plan_json(name)
         kinds |= {op["kind"] for ops in doc["ops"].values() for op in ops}
     assert set(OPS) - kinds <= {"repeat"}, set(OPS) - kinds
