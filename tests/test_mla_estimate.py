@@ -1,14 +1,17 @@
-"""The mla op's estimate: its parameters (transformers' own count of DeepseekV3Attention
-with DeepSeek-V3's sizes), its activation memory per layer derived by hand below,
-with and without flash and under `select(att)`, its model FLOPs by hand, and the
-located diagnostic for heads a tp split would cut."""
+"""The mla op's estimate and checks: its parameters (transformers' own count of
+DeepseekV3Attention with DeepSeek-V3's sizes), its activation memory per layer derived
+by hand below, with and without flash and under `select(att)`, its model FLOPs by hand,
+and the located diagnostics for heads a tp split would cut and what else it refuses."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
+
 from msgen.analysis.plan import Plan
+from msgen.compiler import analyze_text
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import estimate
 from tests.emit_fixtures import SPECS
@@ -150,3 +153,24 @@ def test_heads_a_tp_split_would_cut_is_a_located_msl201(tmp_path):
     assert "error[MSL201]: tp = 2 does not divide 3 (heads)" in done.stderr
     assert ":23:5:" in done.stderr and "= hint:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "change, code, message",
+    [
+        ("v_head_dim = 12) @ [dp, 1, tp] q_a @ [1, tp]", "MSL210", "`q_a` of mla `att` is laid"),
+        ("v_head_dim = 12) @ [dp, 1, tp] q @ [1, tp]", "MSL209", "has no parameter `q`"),
+        ("v_head_dim = 12, flash = true) @ [dp, 1, tp]", "MSL119", "a multiple of 16"),
+        ("v_head_dim = 12, mscale_all_dim = -1) @ [dp, 1, tp]", "MSL126", "out of range"),
+    ],
+)
+def test_what_the_op_refuses_is_located(change, code, message):
+    """A weight split the op does not run, a parameter of the other q mode, flash over
+    a head size FlashAttentionScore cannot take, a negative mscale_all_dim: each a
+    diagnostic with its code, at the op's line (30), with a hint."""
+    text = SPECS["tiny_mla"].read_text()
+    text = text.replace("v_head_dim = 12) @ [dp, 1, tp]", change)
+    result = analyze_text(text, "tiny_mla.msl", SPECS["tiny_mla"].parent, [])
+    (error,) = [d for d in result.diagnostics if d.is_error]
+    assert (error.code, error.span.line) == (code, 30) and message in error.message
+    assert error.hint

@@ -179,8 +179,18 @@ class Mla(OpDef):
         (x,) = inputs
         sb, _, sh = out_declared(node, 3) or (x.split[0], (), ())
         sb = without((sb,), sh)[0]
+        shapes = self.param_shapes(node, [x.shape], ctx)
+        for name in node.param_shardings:
+            if name not in shapes:
+                lora = "with" if dims(node)["q"] else "without"
+                raise OpError(
+                    "MSL209",
+                    f"mla `{node.name}` {lora} q_lora_rank has no parameter `{name}`",
+                    name,
+                    f"its parameters: {', '.join(shapes)}",
+                )
         params = []
-        for name, shape in self.param_shapes(node, [x.shape], ctx).items():
+        for name, shape in shapes.items():
             split = ((), sh) if name in ("q", "q_b", "kv_b") else whole(len(shape))
             if name in node.param_shardings and declared(node, name, len(shape)) != split:
                 raise OpError(
