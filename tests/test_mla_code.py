@@ -99,3 +99,62 @@ def test_tiny_mla_trains(tmp_path):
     assert abs(losses[0] - math.log(256)) < 0.1, losses
     assert np.mean(losses[-3:]) < 0.7 * losses[0], losses
     assert all(math.isfinite(float(r["grad_norm"])) for r in rows)
+
+
+class FlashStandIn:
+    """FlashAttentionScore's contract in its 2.10 docstring (BNSD, causal sparse_mode 2),
+    for the CPU: q, k and v of one head size D, a multiple of 16 at most 512; returns
+    (softmax_max, softmax_sum, softmax_out, attention_out) with the output as q's shape."""
+
+    def __init__(self, scale):
+        self.scale = scale
+        self.shapes = []
+
+    def __call__(self, q, k, v, real_shift, drop_mask, padding_mask, attn_mask):
+        import mindspore as ms
+
+        q, k, v = (t.asnumpy().astype(np.float64) for t in (q, k, v))
+        self.shapes.append((q.shape, k.shape, v.shape))
+        assert q.shape == k.shape == v.shape and q.shape[-1] % 16 == 0 <= 512 - q.shape[-1]
+        s = q.shape[2]
+        scores = q @ k.transpose(0, 1, 3, 2) * self.scale
+        scores = np.where(attn_mask.asnumpy()[:s, :s] == 1, -np.inf, scores)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        out = probs / probs.sum(-1, keepdims=True) @ v
+        return None, None, None, ms.Tensor(out.astype(np.float32))
+
+
+def test_flash_pads_v_to_the_kernels_head_size_and_cuts_the_output_back(tmp_path, monkeypatch):
+    """tiny_mla with flash and a q/k head size of 32 (v 12): on Ascend the cell builds
+    FlashAttentionScore for the causal band (sparse_mode 2, next_tokens 0) with the op's
+    softmax scale; with the kernel's contract run on the CPU in its place, v reaches it
+    padded to 32 and the cell's output equals the numpy reference's."""
+    import mindspore as ms
+
+    from msgen.ops.mla import softmax_scale
+    from tests.test_op_mla import mla
+
+    text = emit_fixtures.SPECS["tiny_mla"].read_text()
+    text = text.replace("qk_nope_head_dim = 16", "qk_nope_head_dim = 24")
+    text = text.replace("v_head_dim = 12)", "v_head_dim = 12, flash = true)")
+    path = tmp_path / "tiny_mla_flash.msl"
+    path.write_text(text)
+    monkeypatch.setitem(emit_fixtures.SPECS, "tiny_mla_flash", path)
+    get_context = ms.get_context
+    monkeypatch.setattr(
+        ms, "get_context", lambda key: "Ascend" if key == "device_target" else get_context(key)
+    )
+    cell = network("tiny_mla_flash").decoder[0].att
+    node = next(n for n in plan("tiny_mla_flash").spec.layers["decoder"].ops if n.kind == "mla")
+    attrs = cell.attend.attrs
+    assert cell.flash and (attrs["sparse_mode"], attrs["next_tokens"]) == (2, 0)
+    assert attrs["scale_value"] == pytest.approx(softmax_scale(node), rel=1e-6)
+    assert attrs["head_num"] == 4
+    cell.attend = FlashStandIn(softmax_scale(node))
+    x = np.random.default_rng(4).normal(size=(2, 32, 64))
+    got = cell(ms.Tensor(x.astype(np.float32))).asnumpy()
+    assert cell.attend.shapes == [((2, 4, 32, 32),) * 3]
+    params = {p.name.rsplit(".", 1)[-1]: p.asnumpy().astype(np.float64)
+              for p in cell.get_parameters()}  # fmt: skip
+    want = mla(x, params, 4, 24, 8, 12, scale=softmax_scale(node))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
