@@ -174,3 +174,23 @@ def test_what_the_op_refuses_is_located(change, code, message):
     (error,) = [d for d in result.diagnostics if d.is_error]
     assert (error.code, error.span.line) == (code, 30) and message in error.message
     assert error.hint
+
+
+def test_backward_all_reduces_the_up_projections_input_gradients_over_tp():
+    """The up-projections are column parallel over tp: the gradient of each one's input
+    is a partial sum over the heads (Megatron's ColumnParallelLinear all-reduces it in
+    backward), and so is the shared rope key's (each rank sums its own heads' part):
+    tokens x q_lora_rank for the q latent, tokens x (kv_lora_rank + qk_rope_head_dim)
+    for the kv down-projection's output; forward needs none."""
+    from msgen.analysis.facts import context
+    from msgen.ops import OPS
+
+    _, plan = v3_estimate()
+    of = plan.graph("decoder").ops["att"]
+    assert of.layout.collectives == ()
+    back = OPS["mla"].backward_collectives(of.node, of.inputs, of.layout, context(plan.spec))
+    tokens = s * b
+    assert [(c.kind, c.axes, c.elements) for c in back] == [
+        ("AllReduce", ("tp",), tokens * q_c),
+        ("AllReduce", ("tp",), tokens * (kv_c + r)),
+    ]
