@@ -30,6 +30,7 @@ VARIANTS = {
     "tiny_moe_gelu_sigmoid": "activation = gelu, router = sigmoid, norm_topk = false, ",
     "tiny_moe_capacity_probs": "capacity = 0.5, z_loss = 0.001, ",
     "tiny_moe_capacity_position": "capacity = 0.5, drop = position, norm_topk = false, ",
+    "tiny_moe_shared_sigmoid": "shared_sigmoid = true, norm_topk = false, ",
 }
 
 

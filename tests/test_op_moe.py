@@ -86,7 +86,8 @@ def kept(chosen, weights, experts, capacity, drop, groups=1):
 def moe(x, params: dict, experts, top_k, act="swiglu", score="softmax", norm_topk=True,
         capacity=None, drop="probs", groups=1):  # fmt: skip
     """x [..., hidden]; params: router [h, E], gate/up [E, h, F], down [E, F, h], and
-    shared_gate/shared_up [h, S], shared_down [S, h] when there are shared experts."""
+    shared_gate/shared_up [h, S], shared_down [S, h] when there are shared experts, and
+    their sigmoid gate shared_sigmoid [h, 1] when they have one."""
     h = x.shape[-1]
     t = x.reshape(-1, h)
     _, chosen, weights = route(t, params["router"], top_k, score, norm_topk)
@@ -99,7 +100,10 @@ def moe(x, params: dict, experts, top_k, act="swiglu", score="softmax", norm_top
                 w = {m: params[m][e] for m in ("gate", "up", "down") if m in params}
                 out[i] += weights[i, j] * ffn(t[i : i + 1], w, act)[0]
     if "shared_up" in params:
-        out += ffn(t, params, act, "shared_")
+        shared = ffn(t, params, act, "shared_")
+        if "shared_sigmoid" in params:  # Qwen2-MoE's shared_expert_gate [h, 1]
+            shared = shared / (1.0 + np.exp(-(t @ params["shared_sigmoid"])))
+        out += shared
     return out.reshape(x.shape)
 
 
@@ -135,7 +139,8 @@ def aux_losses(x, router, top_k, score, aux_coeff, z_coeff) -> float:
 
 def reference(op):
     a = op.args
-    names = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    names = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down",
+             "shared_sigmoid")  # fmt: skip
     params = {m: op.params[f"{op.prefix}{op.node.name}.{m}"] for m in names
               if f"{op.prefix}{op.node.name}.{m}" in op.params}  # fmt: skip
     score = a.get("router", "softmax")

@@ -79,6 +79,12 @@ SHARED = {
     "gelu": ("shared_up", "shared_down"),
 }
 
+# The matrices every rank holds whole, and why.
+WHOLE = {
+    "router": "every rank routes its tokens over all experts",
+    "shared_sigmoid": "its one output column scales each token's shared experts",
+}
+
 
 class Moe(OpDef):
     name = "moe"
@@ -88,6 +94,7 @@ class Moe(OpDef):
         Arg("top_k", "int"),
         Arg("ffn", "int"),
         Arg("shared_ffn", "int", 0),
+        Arg("shared_sigmoid", "bool", False),
         Arg("activation", "name", "swiglu", choices=("swiglu", "gelu")),
         Arg("router", "name", "softmax", choices=("softmax", "sigmoid")),
         Arg("norm_topk", "bool", True),
@@ -97,7 +104,16 @@ class Moe(OpDef):
         Arg("z_loss", "float", 0.0, within="[0, inf)"),
         Arg("imbalance", "float", 1.0, within="[1, inf)"),
     )
-    params = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    params = (
+        "router",
+        "gate",
+        "up",
+        "down",
+        "shared_gate",
+        "shared_up",
+        "shared_down",
+        "shared_sigmoid",
+    )
     composite = True
     helpers = ("moe",)
     imports = (
@@ -217,6 +233,13 @@ class Moe(OpDef):
         for arg in ("ffn", "shared_ffn"):
             if self.arg(node, arg) < 0 or (arg == "ffn" and node.args[arg] < 1):
                 raise OpError("MSL119", f"{arg} must be positive", arg)
+        if self.arg(node, "shared_sigmoid") and not self.arg(node, "shared_ffn"):
+            raise OpError(
+                "MSL119",
+                "shared_sigmoid gates the shared experts, and there are none",
+                "shared_sigmoid",
+                "give the shared experts a width (`shared_ffn = ...`) or drop shared_sigmoid",
+            )
         return x
 
     def param_shapes(self, node, inputs, ctx):
@@ -226,6 +249,8 @@ class Moe(OpDef):
         shapes = {"router": (h, e)}
         shapes |= {m: (e, f, h) if m == "down" else (e, h, f) for m in experts}
         shapes |= {m: (s, h) if m == "shared_down" else (h, s) for m in shared}
+        if self.arg(node, "shared_sigmoid"):
+            shapes["shared_sigmoid"] = (h, 1)
         return shapes
 
     def layout(self, node, inputs, out_shape, ctx):
@@ -254,20 +279,22 @@ class Moe(OpDef):
             if name == "router":
                 continue
             default = (ffn_axes, ()) if name.endswith("down") else ((), ffn_axes)
+            if name == "shared_sigmoid":
+                default = ((), ())
             if name in self.expert_params:
                 default = expert_split(node, ctx, name)
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
             if name in self.expert_params and effective(split, ctx) != default:
                 raise split_error(node, name, split, default, dropless)
             params.append(Param(name, shape, split))
-        if params[0].split != ((), ()):
-            raise OpError(
-                "MSL210",
-                f"`router` of moe `{node.name}` cannot be split: every rank routes its tokens "
-                "over all experts",
-                "router",
-                "drop `router @ [...]`",
-            )
+        for p in params:
+            if p.name in WHOLE and p.split != ((), ()):
+                raise OpError(
+                    "MSL210",
+                    f"`{p.name}` of moe `{node.name}` cannot be split: {WHOLE[p.name]}",
+                    p.name,
+                    f"drop `{p.name} @ [...]`",
+                )
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
@@ -331,7 +358,9 @@ class Moe(OpDef):
         capacity, the dispatch tensor and the combine tensor (dispatch times the
         router weights) [rows, group tokens] in the compute dtype: the backward of the
         batched matmuls that gather and scatter the slots reads them. The shared
-        experts save their gated halves and activation [tokens, shared_ffn]."""
+        experts save their gated halves and activation [tokens, shared_ffn]; with
+        `shared_sigmoid`, the gate's sigmoid [tokens, 1] and the shared output [tokens,
+        hidden] it scales."""
         (x,) = inputs
         name, item = node.name, ctx.dtype_bytes
         lead = x.split[:-1]
@@ -371,15 +400,19 @@ class Moe(OpDef):
             saved.append(
                 Saved(f"{name}.shared_act", (n, s), (tok_split[0], ffn_axes), item, "internal")
             )
+        if self.arg(node, "shared_sigmoid"):
+            # the product's backward reads both factors: the gate and the shared output
+            saved.append(Saved(f"{name}.shared_score", (n, 1), tok_split, item, "internal"))
+            saved.append(Saved(f"{name}.shared_out", (n, h), tok_split, item, "internal"))
         return saved
 
     def work(self, node, inputs, output, ctx):
         """Model FLOPs: the router (2 * tokens * hidden * experts) and the active
         experts only, each matrix 2 * tokens * top_k * hidden * ffn, plus the shared
-        experts over every token. The kernels compute the capacity-padded rows and
-        the dispatch and combine matmuls (2 * slots * group tokens * hidden each, per
-        group), or the busiest expert rank's rows (times the load imbalance) when
-        dropless.
+        experts over every token (and their sigmoid gate's 2 * tokens * hidden). The
+        kernels compute the capacity-padded rows and the dispatch and combine matmuls
+        (2 * slots * group tokens * hidden each, per group), or the busiest expert
+        rank's rows (times the load imbalance) when dropless.
         Memory-bound: the router's softmax, the permute and un-permute copies, the
         activation and the weighted combine, over the routed copies dropless and the
         padded slots with a capacity."""
@@ -391,6 +424,8 @@ class Moe(OpDef):
         router = 2 * n * h * e
         active = len(experts) * 2 * n * k * h * f
         shared_flops = len(shared) * 2 * n * h * s
+        gated = self.arg(node, "shared_sigmoid")
+        shared_flops += gated * 2 * n * h  # the gate's [hidden, 1] matmul
         rows = expert_rows(node, n, ctx)
         if node.args.get("capacity") is None:
             rows = rows * imbalance(node)
@@ -407,6 +442,7 @@ class Moe(OpDef):
             + 4 * copies * h * item  # permute and un-permute: each reads and writes them
             + 3 * copies * f * item  # the activation: two halves read, one written
             + 2 * n * s * item * (len(shared) > 0)
+            + gated * 2 * n * (h + 1) * item  # sigmoid(gate) * shared output, read, written
         )
         return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
                     memory_bytes=memory)  # fmt: skip
