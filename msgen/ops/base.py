@@ -298,6 +298,12 @@ class OpDef:
         the emitter's records of every op of this kind in the model."""
         return {}
 
+    def buffers(self, node: OpNode) -> dict[str, tuple[int, ...]]:
+        """State the op keeps beside its parameters, by name: not trained (no gradient,
+        no optimizer state, not in params_total), checkpointed and resharded whole
+        (moe's correction bias). Default: none."""
+        return {}
+
     def imports_of(self, op=None) -> tuple[str, ...]:
         """What one op's code imports, given the emitter's record of it (as for `code`);
         without one, what the op's code may import under any settings."""

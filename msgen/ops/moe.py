@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from math import ceil, prod
 
+from msgen.ops import moe_routing as routing
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -96,8 +97,7 @@ class Moe(OpDef):
         Arg("shared_ffn", "int", 0),
         Arg("shared_sigmoid", "bool", False),
         Arg("activation", "name", "swiglu", choices=("swiglu", "gelu")),
-        Arg("router", "name", "softmax", choices=("softmax", "sigmoid")),
-        Arg("norm_topk", "bool", True),
+        *routing.ARGS,
         Arg("capacity", "float", None, within="(0, inf)"),
         Arg("drop", "name", "probs", choices=("probs", "position")),
         Arg("aux_loss", "float", 0.0, within="[0, inf)"),
@@ -173,8 +173,7 @@ class Moe(OpDef):
             "ffn": node.args["ffn"],
             "shared_ffn": self.arg(node, "shared_ffn"),
             "gated": self.arg(node, "activation") == "swiglu",
-            "sigmoid": self.arg(node, "router") == "sigmoid",
-            "norm_topk": self.arg(node, "norm_topk"),
+            **routing.settings(node),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
             "permute": capacity is None,
@@ -187,7 +186,14 @@ class Moe(OpDef):
 
     def helper_values(self, ops):
         # The MoE cell has the permuting dispatcher when some op of the model permutes.
-        return {"permute": any(op.setting("permute") for op in ops)}
+        # update_expert_bias when some moe op of the model has a correction bias
+        return {
+            "permute": any(op.setting("permute") for op in ops),
+            "biased": any(op.setting("bias_rate") is not None for op in ops),
+        }
+
+    def buffers(self, node) -> dict[str, tuple[int, ...]]:
+        return routing.buffers(node)
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -206,9 +212,12 @@ class Moe(OpDef):
             make += f", inner={inner}, outer={outer}"
         if s("devices"):
             make += f", devices={s('devices')}"
-        aux = s("aux_loss") > 0 or s("z_loss") > 0
+        make += routing.keywords(s)
+        aux = s("aux_loss") > 0 or s("z_loss") > 0 or s("seq_aux_loss") > 0
         if aux:
             make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
+        if s("seq_aux_loss") > 0:
+            make += f", seq_aux_loss={s('seq_aux_loss')!r}"
         return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
 
     def active_params(self, node, params):
@@ -233,6 +242,7 @@ class Moe(OpDef):
         for arg in ("ffn", "shared_ffn"):
             if self.arg(node, arg) < 0 or (arg == "ffn" and node.args[arg] < 1):
                 raise OpError("MSL119", f"{arg} must be positive", arg)
+        routing.check(node)
         if self.arg(node, "shared_sigmoid") and not self.arg(node, "shared_ffn"):
             raise OpError(
                 "MSL119",
@@ -443,6 +453,7 @@ class Moe(OpDef):
             + 3 * copies * f * item  # the activation: two halves read, one written
             + 2 * n * s * item * (len(shared) > 0)
             + gated * 2 * n * (h + 1) * item  # sigmoid(gate) * shared output, read, written
+            + routing.selection_bytes(node, n)
         )
         return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
                     memory_bytes=memory)  # fmt: skip
