@@ -93,7 +93,7 @@ def test_llama3_keeps_high_bands_divides_low_ones_and_blends_between():
             "betafast",
             "no parameter",
         ),
-        ("linear", {"factor": 0.0}, "factor", "must be positive"),
+        ("linear", {"factor": 0.0}, "factor", "a positive number"),
         (
             "yarn",
             {"factor": 4.0, "original_max_position_embeddings": 8, "truncate": 1.0},

@@ -40,8 +40,8 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], dict[str, float | bool | None]]] = 
 
 # Scalings transformers has that a training spec cannot use, and why.
 REFUSED: dict[str, str] = {
-    "dynamic": "dynamic NTK scaling recomputes the frequencies from the length of each "
-    "sequence at inference; training runs at a fixed seq, where it is plain RoPE",
+    "dynamic": "dynamic NTK scaling recomputes the frequencies from each sequence's length "
+    "at inference, and up to max_position_embeddings it is plain RoPE: write no rope_scaling",
     "longrope": "longrope switches between two per-frequency factor lists by the sequence "
     "length (Phi-3) and needs those lists, which a spec argument does not carry",
 }
@@ -50,52 +50,53 @@ FLAGS = frozenset({"truncate"})  # parameters written `true` / `false`
 
 
 class ScalingError(ValueError):
-    """A scaling msgen does not take, or its parameters wrong; `key` names the
-    parameter at fault (None: the scaling's name)."""
+    """A scaling msgen does not take, or its parameters wrong: the diagnostic's `code`
+    (MSL116 the scaling, MSL115 a parameter missing or unknown, MSL126 a value), `key`
+    the parameter at fault (None: the scaling as a whole) and a hint."""
 
-    def __init__(self, message: str, key: str | None = None, hint: str | None = None):
+    def __init__(self, code: str, message: str, key: str | None = None, hint: str | None = None):
         super().__init__(message)
+        self.code = code
+        self.message = message
         self.key = key
         self.hint = hint
 
 
-def resolved(kind: str, given: dict[str, float | bool]) -> dict[str, float | bool | None]:
+def resolved(kind: str, given: dict) -> dict[str, float | bool | None]:
     """The parameters of scaling `kind` with its defaults filled in; a refused or unknown
     kind, a missing, unknown or ill-typed parameter raise ScalingError."""
+    known = "rope scalings: " + ", ".join(SIGNATURES)
     if kind in REFUSED:
         raise ScalingError(
-            f"rope scaling `{kind}` is not supported: {REFUSED[kind]}",
-            hint="rope scalings: " + ", ".join(SIGNATURES),
+            "MSL116", f"rope scaling `{kind}` is not supported: {REFUSED[kind]}", hint=known
         )
     if kind not in SIGNATURES:
-        raise ScalingError(
-            f"unknown rope scaling `{kind}`", hint="rope scalings: " + ", ".join(SIGNATURES)
-        )
+        raise ScalingError("MSL116", f"unknown rope scaling `{kind}`", hint=known)
     required, optional = SIGNATURES[kind]
+    signature = f"{kind}({', '.join(required + tuple(optional))})"
     for key in given:
         if key not in required and key not in optional:
             raise ScalingError(
-                f"rope scaling {kind} has no parameter `{key}`",
-                key,
-                f"{kind}({', '.join(required + tuple(optional))})",
+                "MSL115", f"rope scaling {kind} has no parameter `{key}`", key, signature
             )
     for key in required:
         if key not in given:
+            raise ScalingError("MSL115", f"rope scaling {kind} needs `{key}`", None, signature)
+    for key, value in given.items():
+        if key in FLAGS and not isinstance(value, bool):
             raise ScalingError(
-                f"rope scaling {kind} needs `{key}`",
-                None,
-                f"{kind}({', '.join(required + tuple(optional))})",
+                "MSL126", f"`{key}` of rope scaling {kind} is `true` or `false`", key
+            )
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if key not in FLAGS and not (number and math.isfinite(value) and value > 0):
+            raise ScalingError(
+                "MSL126", f"`{key}` of rope scaling {kind} is a positive number", key
             )
     params = {**optional, **given}
-    for key, value in given.items():
-        if (key in FLAGS) != isinstance(value, bool):
-            kind_of = "`true` or `false`" if key in FLAGS else "a number"
-            raise ScalingError(f"`{key}` of rope scaling {kind} is {kind_of}", key)
-        if key not in FLAGS and not (math.isfinite(value) and value > 0):
-            raise ScalingError(f"`{key}` of rope scaling {kind} must be positive", key)
     if kind == "llama3" and params["high_freq_factor"] <= params["low_freq_factor"]:
         raise ScalingError(
-            "llama3 scaling needs high_freq_factor > low_freq_factor (the smoothing divides "
+            "MSL126",
+            "llama3 scaling needs high_freq_factor > low_freq_factor (its smoothing divides "
             "by their difference)",
             "high_freq_factor",
         )
