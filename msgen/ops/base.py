@@ -25,7 +25,9 @@ from msgen.ir.schema import REQUIRED
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str  # tensor | int | float | bool | op | name (one of `choices`)
+    # tensor | int | float | bool | op | name (one of `choices`) | call (`name(key = value)`,
+    # an ir.Call the op checks)
+    kind: str
     default: object = REQUIRED
     within: str | None = None  # a float's interval, "[0, 1)" or "(0, inf)" (MSL126)
     choices: tuple[str, ...] = ()  # a name's allowed values
