@@ -9,8 +9,6 @@ so a formula that ignores it shows); yarn's original 16 interpolates all but ban
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
