@@ -44,8 +44,18 @@ def _bias(flag: bool) -> str:
     return "" if flag else ", bias = false"
 
 
+def _rope_scaling(m: HfModel) -> str:
+    """`, rope_scaling = llama3(factor = 8.0, ...)`, as the config sets it."""
+    if m.rope_scaling is None:
+        return ""
+    kind, params = m.rope_scaling
+    shown = (f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in params)
+    return f", rope_scaling = {kind}({', '.join(shown)})"
+
+
 def _layer(name: str, m: HfModel, window: bool) -> str:
     rope = "" if m.rope_theta == 10000.0 else f", rope_theta = {m.rope_theta!r}"
+    rope += _rope_scaling(m)
     band = ", window = window" if window else ""
     mlp = _bias(m.mlp_bias)
     return f"""
