@@ -1,12 +1,13 @@
 """The mla op's generated cell (templates/ops/mla.py.j2) run by MindSpore on the CPU:
 against transformers 4.57's DeepseekV3Attention with the same weights, q LoRA on and
-off, and op by op against the numpy references (tests/test_op_mla.py) inside the
+off, yarn on and off, and op by op against the numpy references (tests/test_op_mla.py) inside the
 compiled tests/specs/tiny_mla.msl network, whose loss is numpy's too; and (slow) its
 train.py trained on the CPU."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -18,21 +19,29 @@ from tests.test_api_check import instantiate, stage_devices, strategy_problems, 
 from tests.test_generated import batch, check_against_plan, mindspore_loss, randomised
 from tests.test_generated import build as build_network
 from tests.test_multirank import finish, log_rows, standalone
-from tests.test_op_mla import hf_forward, hf_module, hf_params
+from tests.test_op_mla import YARN, hf_forward, hf_module, hf_params
 from tests.test_ops import network
 from tests.test_ops import test_each_op_computes_its_reference as computes_its_reference
 from tests.test_ops import test_each_op_imports_what_its_code_uses as imports_what_it_uses
 
-VARIANTS = {"tiny_mla": "", "tiny_mla_no_q_lora": "q_lora_rank = 24, "}
+# name -> (the change to tiny_mla.msl, q LoRA, transformers' rope_scaling)
+VARIANTS = {
+    "tiny_mla": (None, True, YARN),
+    "tiny_mla_no_q_lora": ("q_lora_rank = 24, ", False, YARN),
+    "tiny_mla_plain_rope": (r",\s*rope_scaling = yarn\([^)]*\)", True, None),
+}
 
 
 @pytest.fixture(params=sorted(VARIANTS))
 def variant(request, tmp_path, monkeypatch):
     name = request.param
-    if VARIANTS[name]:
+    change = VARIANTS[name][0]
+    if change:
         text = emit_fixtures.SPECS["tiny_mla"].read_text()
         path = tmp_path / f"{name}.msl"
-        path.write_text(text.replace(VARIANTS[name], ""))
+        changed = re.sub(change, "", text)
+        assert changed != text
+        path.write_text(changed)
         monkeypatch.setitem(emit_fixtures.SPECS, name, path)
     return name
 
@@ -43,7 +52,8 @@ def test_the_generated_cell_equals_transformers_deepseek_v3_attention(variant):
     o_proj, in fp32 within 1e-4."""
     import mindspore as ms
 
-    module, config, modeling = hf_module("v3", q_lora=variant == "tiny_mla")
+    _, q_lora, scaling = VARIANTS[variant]
+    module, config, modeling = hf_module("v3", q_lora, rope_scaling=scaling)
     cell = network(variant).decoder[0].att
     weights = hf_params(module)
     params = {p.name.rsplit(".", 1)[-1]: p for p in cell.get_parameters()}
@@ -136,7 +146,7 @@ def test_flash_pads_v_to_the_kernels_head_size_and_cuts_the_output_back(tmp_path
 
     text = emit_fixtures.SPECS["tiny_mla"].read_text()
     text = text.replace("qk_nope_head_dim = 16", "qk_nope_head_dim = 24")
-    text = text.replace("v_head_dim = 12)", "v_head_dim = 12, flash = true)")
+    text = text.replace("v_head_dim = 12,", "v_head_dim = 12, flash = true,")
     path = tmp_path / "tiny_mla_flash.msl"
     path.write_text(text)
     monkeypatch.setitem(emit_fixtures.SPECS, "tiny_mla_flash", path)
@@ -156,5 +166,5 @@ def test_flash_pads_v_to_the_kernels_head_size_and_cuts_the_output_back(tmp_path
     assert cell.attend.shapes == [((2, 4, 32, 32),) * 3]
     params = {p.name.rsplit(".", 1)[-1]: p.asnumpy().astype(np.float64)
               for p in cell.get_parameters()}  # fmt: skip
-    want = mla(x, params, 4, 24, 8, 12, scale=softmax_scale(node))
+    want = mla(x, params, 4, 24, 8, 12, scale=softmax_scale(node), scaling=YARN)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

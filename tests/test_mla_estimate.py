@@ -29,7 +29,9 @@ MLA_LAYER = """
     input x : [batch, seq, hidden] @ [dp, 1, 1]
     n1  = rmsnorm(x)
     att = mla(n1, heads = heads, q_lora_rank = 1536, kv_lora_rank = 512, qk_nope_head_dim = 128,
-              qk_rope_head_dim = 64, v_head_dim = 128, rope_factor = 40, mscale_all_dim = 1{flash}) @ [dp, 1, tp]
+              qk_rope_head_dim = 64, v_head_dim = 128{flash},
+              rope_scaling = yarn(factor = 40, original_max_position_embeddings = 4096,
+                                  mscale = 1, mscale_all_dim = 1)) @ [dp, 1, tp]
     o   = linear(att, hidden, bias = false) weight @ [tp, 1]
     output x + o
 """
@@ -151,28 +153,33 @@ def test_heads_a_tp_split_would_cut_is_a_located_msl201(tmp_path):
     )
     assert done.returncode == 1, done.stderr
     assert "error[MSL201]: tp = 2 does not divide 3 (heads)" in done.stderr
-    assert ":23:5:" in done.stderr and "= hint:" in done.stderr
+    tp_line = text.splitlines().index("    tp = 2") + 1
+    assert f":{tp_line}:5:" in done.stderr and "= hint:" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(
     "change, code, message",
     [
-        ("v_head_dim = 12) @ [dp, 1, tp] q_a @ [1, tp]", "MSL210", "`q_a` of mla `att` is laid"),
-        ("v_head_dim = 12) @ [dp, 1, tp] q @ [1, tp]", "MSL209", "has no parameter `q`"),
-        ("v_head_dim = 12, flash = true) @ [dp, 1, tp]", "MSL119", "a multiple of 16"),
-        ("v_head_dim = 12, mscale_all_dim = -1) @ [dp, 1, tp]", "MSL126", "out of range"),
+        ("0.8)) @ [dp, 1, tp] q_a @ [1, tp]", "MSL210", "`q_a` of mla `att` is laid"),
+        ("0.8)) @ [dp, 1, tp] q @ [1, tp]", "MSL209", "has no parameter `q`"),
+        ("0.8), flash = true) @ [dp, 1, tp]", "MSL119", "a multiple of 16"),
+        ("0.8, beta = 2)) @ [dp, 1, tp]", "MSL115", "no parameter `beta`"),
     ],
 )
 def test_what_the_op_refuses_is_located(change, code, message):
     """A weight split the op does not run, a parameter of the other q mode, flash over
-    a head size FlashAttentionScore cannot take, a negative mscale_all_dim: each a
-    diagnostic with its code, at the op's line (30), with a hint."""
+    a head size FlashAttentionScore cannot take, a yarn parameter that is not one: each
+    a diagnostic with its code, on the op's lines, with a hint."""
     text = SPECS["tiny_mla"].read_text()
-    text = text.replace("v_head_dim = 12) @ [dp, 1, tp]", change)
+    assert "0.8)) @ [dp, 1, tp]" in text
+    text = text.replace("0.8)) @ [dp, 1, tp]", change)
     result = analyze_text(text, "tiny_mla.msl", SPECS["tiny_mla"].parent, [])
     (error,) = [d for d in result.diagnostics if d.is_error]
-    assert (error.code, error.span.line) == (code, 30) and message in error.message
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if "att  = mla(" in line) + 1
+    last = next(i for i, line in enumerate(lines) if "@ [dp, 1, tp]" in line) + 1
+    assert error.code == code and first <= error.span.line <= last and message in error.message
     assert error.hint
 
 

@@ -8,12 +8,13 @@ reference that a plausible mistake would make, each seen by the comparison."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
-from msgen.ops.mla import dims, softmax_scale, yarn_mscale
+from msgen.ir.models import Call, OpNode
+from msgen.ops.attention import rope_scaling
+from msgen.ops.mla import dims, softmax_scale
+from msgen.ops.rope_scaling.frequencies import rope_frequencies
 from tests.oracles import require
 
 # the tiny spec's sizes (tests/specs/tiny_mla.msl)
@@ -24,31 +25,42 @@ def rmsnorm(x, gamma, eps=1e-6):
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * gamma
 
 
-def rope_pairs(x, theta, positions):
+def frequencies(r, theta, scaling):
+    """Inverse frequencies theta^(-2i/r) and the factor on cos and sin (1), or under a
+    rope scaling (transformers' rope_scaling dict) msgen's one definition of them
+    (msgen/ops/rope_scaling/frequencies.py, held to transformers by test_rope_scaling)."""
+    if not scaling:
+        return theta ** (-np.arange(0, r, 2) / r), 1.0
+    return rope_frequencies(r, theta, scaling["rope_type"], scaling)
+
+
+def rope_pairs(x, theta, positions, scaling=None):
     """Rope on channel pairs (2i, 2i + 1) as complex numbers times e^{i m theta_i}:
-    DeepSeek's apply_rotary_emb (x [..., seq, r])."""
+    DeepSeek's apply_rotary_emb (x [..., seq, r]), times the scaling's factor."""
     r = x.shape[-1]
-    inv_freq = theta ** (-np.arange(0, r, 2) / r)
+    inv_freq, factor = frequencies(r, theta, scaling)
     angles = np.outer(positions, inv_freq)
-    z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angles)
+    z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angles) * factor
     out = np.empty_like(x)
     out[..., 0::2], out[..., 1::2] = z.real, z.imag
     return out
 
 
-def rope_halves(x, theta, positions):
+def rope_halves(x, theta, positions, scaling=None):
     """Rotate-half rope (channel i with i + r/2): transformers' apply_rotary_pos_emb."""
     r = x.shape[-1]
-    inv_freq = theta ** (-np.arange(0, r, 2) / r)
+    inv_freq, factor = frequencies(r, theta, scaling)
     angles = np.outer(positions, inv_freq)
     angles = np.concatenate([angles, angles], -1)
     rotated = np.concatenate([-x[..., r // 2 :], x[..., : r // 2]], -1)
-    return x * np.cos(angles) + rotated * np.sin(angles)
+    return (x * np.cos(angles) + rotated * np.sin(angles)) * factor
 
 
-def mla(x, p, heads, nope, rope, v, theta=10000.0, interleave=True, scale=None, eps=1e-6):
+def mla(x, p, heads, nope, rope, v, theta=10000.0, interleave=True, scale=None, eps=1e-6,
+        scaling=None):  # fmt: skip
     """x [b, s, hidden] -> [b, s, heads * v]; p: q_a, q_norm, q_b (or q), kv_a,
-    kv_norm, kv_b as [in, out] matrices and norm gammas."""
+    kv_norm, kv_b as [in, out] matrices and norm gammas; `scaling`: a rope scaling as
+    transformers' rope_scaling dict."""
     b, s, _ = x.shape
     qk = nope + rope
     if "q_a" in p:
@@ -62,8 +74,8 @@ def mla(x, p, heads, nope, rope, v, theta=10000.0, interleave=True, scale=None, 
     kv = kv.transpose(0, 2, 1, 3)
     k_nope, value = kv[..., :nope], kv[..., nope:]
     rotate = rope_pairs if interleave else rope_halves
-    q_pe = rotate(q[..., nope:], theta, np.arange(s))
-    k_pe = rotate(k_pe[:, None], theta, np.arange(s))  # one key for every head
+    q_pe = rotate(q[..., nope:], theta, np.arange(s), scaling)
+    k_pe = rotate(k_pe[:, None], theta, np.arange(s), scaling)  # one key for every head
     scores = q[..., :nope] @ k_nope.transpose(0, 1, 3, 2) + q_pe @ k_pe.transpose(0, 1, 3, 2)
     scores = scores * (qk**-0.5 if scale is None else scale)
     scores = np.where(np.tril(np.ones((s, s), bool)), scores, -np.inf)
@@ -83,18 +95,36 @@ def reference(op):
     return mla(
         op.inputs[0], params, d["heads"], d["nope"], d["rope"], d["v"],
         op.args.get("rope_theta", 10000.0), op.args.get("rope_interleave", True),
-        softmax_scale(op.node), op.args.get("eps", 1e-6),
+        softmax_scale(op.node), op.args.get("eps", 1e-6), dict(rope_scaling(op.node) or ()),
     )  # fmt: skip
 
 
 REFERENCES = {"mla": reference}
 
 
-def test_yarn_mscale_is_deepseeks():
-    """yarn_get_mscale(40, 0.707) as DeepSeek-V2-Lite's config gives it, by hand:
-    0.1 * 0.707 * ln 40 + 1 = 1.26081...; 1 without scaling."""
-    assert yarn_mscale(40.0, 0.707) == pytest.approx(1.0 + 0.0707 * 3.6888794541139363)
-    assert yarn_mscale(1.0, 1.0) == 1.0 and yarn_mscale(40.0, 0.0) == 1.0
+def node(**args) -> OpNode:
+    """An mla op over the tiny spec's sizes, with `args` on top."""
+    base = {"heads": HEADS, "kv_lora_rank": KV_LORA, "qk_nope_head_dim": NOPE,
+            "qk_rope_head_dim": ROPE, "v_head_dim": V}  # fmt: skip
+    return OpNode.model_construct(name="att", kind="mla", inputs=[], args=base | args)
+
+
+def yarn(**params) -> Call:
+    return Call.model_construct(name="yarn", args=params)
+
+
+def test_the_softmax_scale_takes_deepseeks_mscale_squared():
+    """DeepSeek-V2-Lite's yarn (factor 40, mscale_all_dim 0.707), by hand:
+    mscale = 0.1 * 0.707 * ln 40 + 1 = 1.26080...; the scale (16 + 8)^-0.5 * mscale^2.
+    None without an mscale_all_dim, or with yarn_mscale = false (transformers'
+    DeepseekV2Attention)."""
+    lite = yarn(factor=40, original_max_position_embeddings=4096, mscale_all_dim=0.707)
+    mscale = 0.1 * 0.707 * 3.6888794541139363 + 1
+    assert softmax_scale(node(rope_scaling=lite)) == pytest.approx(24**-0.5 * mscale**2)
+    plain = yarn(factor=40, original_max_position_embeddings=4096)
+    assert softmax_scale(node(rope_scaling=plain)) == 24**-0.5
+    assert softmax_scale(node(rope_scaling=lite, yarn_mscale=False)) == 24**-0.5
+    assert softmax_scale(node()) == 24**-0.5
 
 
 def test_the_rope_layouts_give_the_same_scores_up_to_a_permutation():
@@ -172,35 +202,32 @@ def hf_params(module) -> dict:
     return out
 
 
+# yarn as DeepSeek-V3 sets it, the attention factor on cos and sin not 1 (mscale 1 over
+# mscale_all_dim 0.8) and the softmax's mscale^2 not 1
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8}  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "version, q_lora, interleave",
-    [("v3", True, True), ("v3", False, True), ("v3", True, False), ("v2", True, True),
-     ("v2", False, True)],
+    "version, q_lora, interleave, scaling",
+    [("v3", True, True, None), ("v3", False, True, None), ("v3", True, False, None),
+     ("v3", True, True, YARN), ("v3", False, True, YARN), ("v2", True, True, None),
+     ("v2", False, True, None), ("v2", True, True, YARN)],
 )  # fmt: skip
-def test_the_reference_equals_transformers_deepseek_attention(version, q_lora, interleave):
+def test_the_reference_equals_transformers_deepseek_attention(version, q_lora, interleave,
+                                                              scaling):  # fmt: skip
     """DeepseekV3Attention (rope interleaved by default, or rotate-half) and
-    DeepseekV2Attention (complex rope) against the reference with their weights."""
-    module, config, modeling = hf_module(version, q_lora, interleave)
+    DeepseekV2Attention (complex rope) against the reference with their weights, with
+    and without yarn: V3 scales the softmax by mscale^2, V2 (transformers 4.57) not."""
+    module, config, modeling = hf_module(version, q_lora, interleave, scaling)
     x = np.random.default_rng(2).normal(size=(2, SEQ, HIDDEN))
     want = hf_forward(version, module, config, modeling, x)
-    got = mla(x, hf_params(module), HEADS, NOPE, ROPE, V, interleave=interleave)
+    args = {}
+    if scaling:
+        params = {k: v for k, v in scaling.items() if k != "rope_type"}
+        args = {"rope_scaling": yarn(**params), "yarn_mscale": version == "v3"}
+    scale = softmax_scale(node(**args))
+    assert scale == pytest.approx(module.scaling, rel=1e-12)
+    got = mla(x, hf_params(module), HEADS, NOPE, ROPE, V, interleave=interleave, scale=scale,
+              scaling=scaling)  # fmt: skip
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-
-
-def test_deepseek_v3_scales_the_softmax_by_mscale_squared():
-    """With yarn's mscale_all_dim, DeepseekV3Attention's softmax scale is
-    qk_head_dim^-0.5 * mscale^2 (factor 4, mscale_all_dim 1: mscale = 1 + 0.1 ln 4,
-    by hand), and the op's scale is that one."""
-    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": SEQ,
-               "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}  # fmt: skip
-    module, config, modeling = hf_module("v3", True, rope_scaling=scaling)
-    from msgen.ir.models import OpNode
-
-    node = OpNode.model_construct(
-        name="att", kind="mla", inputs=[],
-        args={"heads": HEADS, "kv_lora_rank": KV_LORA, "qk_nope_head_dim": NOPE,
-              "qk_rope_head_dim": ROPE, "v_head_dim": V, "rope_factor": 4.0,
-              "mscale_all_dim": 1.0},
-    )  # fmt: skip
-    want = (NOPE + ROPE) ** -0.5 * (1 + 0.1 * math.log(4.0)) ** 2
-    assert softmax_scale(node) == pytest.approx(want) == pytest.approx(module.scaling)

@@ -13,8 +13,13 @@ Per token, with d = qk_nope_head_dim + qk_rope_head_dim:
     [k_nope | v] = rmsnorm(c_kv) W_kv_b: [heads, qk_nope_head_dim + v_head_dim]
     q = [q_nope | rope(q_pe)], k = [k_nope | rope(k_pe)] (one rope key for all heads)
     out = softmax(q k^T * scale + causal mask) v,  scale = d^-0.5 * mscale^2,
-    mscale = 0.1 * mscale_all_dim * ln(rope_factor) + 1 when rope_factor > 1 and
-    mscale_all_dim != 0, else 1 (DeepSeek's `yarn_get_mscale`).
+    mscale = 0.1 * mscale_all_dim * ln(factor) + 1 with `rope_scaling`'s factor and
+    mscale_all_dim when it has one (DeepSeek's `yarn_get_mscale`), else 1.
+
+`rope_scaling = yarn(...)` (or linear, llama3) scales the rope part's frequencies and
+its cos and sin as transformers does (msgen.ops.rope_scaling, as `attention`);
+`yarn_mscale = false` leaves the softmax scale alone, as transformers 4.57's
+DeepseekV2Attention does.
 
 Parameters are laid [in, out] as `linear`'s weight is: q_a, q_norm, q_b (q LoRA) or
 q; kv_a (the fused down-projection and shared rope key, `kv_a_proj_with_mqa`), kv_norm,
@@ -28,9 +33,9 @@ row parallel.
 
 from __future__ import annotations
 
-import math
 from math import prod
 
+from msgen.ops.attention import rope_scaling
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -49,18 +54,12 @@ from msgen.ops.base import (
     whole,
 )
 from msgen.ops.linear import without
+from msgen.ops.rope_scaling import ScalingError, frequencies_source, resolved
 
 FP32 = 4
 # FlashAttentionScore's head size D: a multiple of 16, at most 512 (its 2.10 docstring,
 # ops/auto_generate/gen_ops_prim.py); q, k and v share it, so v is padded to q's.
 FLASH_ALIGN, FLASH_MAX = 16, 512
-
-
-def yarn_mscale(factor: float, mscale_all_dim: float) -> float:
-    """DeepSeek's `yarn_get_mscale(factor, mscale_all_dim)`: 1 without scaling."""
-    if factor <= 1 or not mscale_all_dim:
-        return 1.0
-    return 0.1 * mscale_all_dim * math.log(factor) + 1.0
 
 
 def dims(node) -> dict[str, int]:
@@ -80,9 +79,17 @@ def dims(node) -> dict[str, int]:
 
 
 def softmax_scale(node) -> float:
-    d = dims(node)["qk"]
-    m = yarn_mscale(float(node.args.get("rope_factor", 1.0)), node.args.get("mscale_all_dim", 0))
-    return d**-0.5 * m * m
+    """d^-0.5, times mscale^2 when the rope scaling names an mscale_all_dim and
+    `yarn_mscale` holds (DeepseekV3Attention: `yarn_get_mscale(factor, mscale_all_dim)`,
+    YaRN's attention temperature, whose one definition is rope_scaling.frequencies')."""
+    scale = dims(node)["qk"] ** -0.5
+    scaling = dict(rope_scaling(node) or ())
+    if node.args.get("yarn_mscale", True) and scaling.get("mscale_all_dim"):
+        from msgen.ops.rope_scaling.frequencies import _yarn_factor  # numpy: emission only
+
+        mscale = _yarn_factor(scaling["factor"], scaling["mscale_all_dim"])
+        scale *= mscale * mscale
+    return scale
 
 
 class Mla(OpDef):
@@ -97,8 +104,8 @@ class Mla(OpDef):
         Arg("q_lora_rank", "int", None),
         Arg("rope_theta", "float", 10000.0, within="(0, inf)"),
         Arg("rope_interleave", "bool", True),
-        Arg("rope_factor", "float", 1.0, within="[1, inf)"),
-        Arg("mscale_all_dim", "float", 0.0, within="[0, inf)"),
+        Arg("rope_scaling", "call", None),
+        Arg("yarn_mscale", "bool", True),
         Arg("eps", "float", 1e-6, within="(0, inf)"),
         Arg("flash", "bool", False),
     )
@@ -112,10 +119,11 @@ class Mla(OpDef):
         "from mindspore.common import dtype as mstype",
     )
     setting_imports = {
+        "rope_scaling": ("import math",),  # the frequencies' source (rope_scaling.frequencies)
         "flash": (
             "import mindspore as ms",
             "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-        )
+        ),
     }
     inits = {p: "ones" if p.endswith("norm") else "normal" for p in params}
     decays = frozenset(p for p in params if not p.endswith("norm"))
@@ -137,6 +145,12 @@ class Mla(OpDef):
                 "qk_rope_head_dim",
                 "rope rotates pairs of channels: DeepSeek-V2 and V3 use 64",
             )
+        if node.args.get("rope_scaling") is not None:
+            form = node.args["rope_scaling"]
+            try:
+                resolved(form.name, form.args)
+            except ScalingError as e:
+                raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
         if node.args.get("flash") and (d["qk"] % FLASH_ALIGN or d["qk"] > FLASH_MAX):
             raise OpError(
                 "MSL119",
@@ -327,13 +341,21 @@ class Mla(OpDef):
             "v_head_dim": d["v"],
             "rope_theta": float(self.arg(node, "rope_theta")),
             "interleave": self.arg(node, "rope_interleave"),
+            "rope_scaling": rope_scaling(node),
             "scale": softmax_scale(node),
             "eps": float(self.arg(node, "eps")),
             "flash": self.arg(node, "flash"),
         }
 
     def helper_values(self, ops):
-        return {"flash": any(op.setting("flash") for op in ops)}
+        # One MLA cell serves the model: flash when any op asks for it, and the scaled
+        # frequencies' source when any scales rope.
+        scaled = any(op.setting("rope_scaling") for op in ops)
+        return {
+            "flash": any(op.setting("flash") for op in ops),
+            "rope_scaling": scaled,
+            "rope_frequencies": frequencies_source() if scaled else "",
+        }
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -348,6 +370,9 @@ class Mla(OpDef):
         )
         for role, strategy in op.strategies:
             make += f", {role}={strategy}"
+        if s("rope_scaling"):
+            items = ", ".join(f"{k!r}: {v!r}" for k, v in s("rope_scaling"))
+            make += f", rope_scaling={{{items}}}"
         if s("flash"):
             make += ", flash=True"
         return Snippet(make + ")", f"self.{op.name}({x})", "mla")
