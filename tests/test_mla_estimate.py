@@ -201,3 +201,17 @@ def test_backward_all_reduces_the_up_projections_input_gradients_over_tp():
         ("AllReduce", ("tp",), tokens * q_c),
         ("AllReduce", ("tp",), tokens * (kv_c + r)),
     ]
+
+
+def test_the_heads_go_over_tp_unless_written():
+    """Without `@ [...]` on the op its output is split as Megatron-Core splits MLA's
+    heads: over tp, batch as x's; the same layout as tiny_mla's written `@ [dp, 1, tp]`."""
+    text = SPECS["tiny_mla"].read_text()
+    bare = text.replace("0.8)) @ [dp, 1, tp]", "0.8))")
+    assert bare != text
+    layouts = []
+    for spec in (text, bare):
+        result = analyze_text(spec, "tiny_mla.msl", SPECS["tiny_mla"].parent, [])
+        assert result.ok
+        layouts.append(result.facts.graphs["decoder"].ops["att"].layout)
+    assert layouts[0] == layouts[1] and layouts[0].output == (("dp",), (), ("tp",))

@@ -188,10 +188,12 @@ class Mla(OpDef):
     def layout(self, node, inputs, out_shape, ctx):
         """The heads over the output's last-dim axes (tp): x whole over them (the
         down-projections run on every rank), the up-projections column parallel, no
-        collective forward. Batch keeps its axes; the sequence and hidden dims are whole
-        (a split there is gathered in front)."""
+        collective forward; not written, the heads go over tp. Batch keeps its axes; the
+        sequence and hidden dims are whole (a split there is gathered in front)."""
         (x,) = inputs
-        sb, _, sh = out_declared(node, 3) or (x.split[0], (), ())
+        # not written: the heads over tp, as Megatron-Core splits them
+        tp = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        sb, _, sh = out_declared(node, 3) or (x.split[0], (), tp)
         sb = without((sb,), sh)[0]
         shapes = self.param_shapes(node, [x.shape], ctx)
         for name in node.param_shardings:
