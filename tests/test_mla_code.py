@@ -2,7 +2,7 @@
 against transformers 4.57's DeepseekV3Attention with the same weights, q LoRA on and
 off, yarn on and off, and op by op against the numpy references (tests/test_op_mla.py) inside the
 compiled tests/specs/tiny_mla.msl network, whose loss is numpy's too; and (slow) its
-train.py trained on the CPU."""
+train.py trained on the CPU, stand-alone and as two data-parallel processes under msrun."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 
 from tests import emit_fixtures
 from tests import reference_numpy as ref
-from tests.emit_fixtures import plan
+from tests.emit_fixtures import compile_spec, plan
 from tests.test_api_check import instantiate, stage_devices, strategy_problems, trace, unexercised
 from tests.test_generated import batch, check_against_plan, mindspore_loss, randomised
 from tests.test_generated import build as build_network
-from tests.test_multirank import finish, log_rows, standalone
+from tests.test_multirank import checkpoint, finish, log_rows, msrun, standalone
 from tests.test_op_mla import YARN, hf_forward, hf_module, hf_params
 from tests.test_ops import network
 from tests.test_ops import test_each_op_computes_its_reference as computes_its_reference
@@ -168,3 +168,43 @@ def test_flash_pads_v_to_the_kernels_head_size_and_cuts_the_output_back(tmp_path
               for p in cell.get_parameters()}  # fmt: skip
     want = mla(x, params, 4, 24, 8, 12, scale=softmax_scale(node), scaling=YARN)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+DP_STEPS = 4
+
+
+@pytest.mark.slow
+def test_two_data_parallel_ranks_train_as_the_standalone_run(tmp_path):
+    """tiny_mla on dp = 2 (tp = 1) as two processes under msrun and stand-alone over the
+    same global batches: after 4 steps both ranks hold the same weights, the
+    stand-alone run's within 1e-4, and log its losses and gradient norms."""
+    text = emit_fixtures.SPECS["tiny_mla"].read_text()
+    for old, new in (("per_node = 8", "per_node = 2"), ("dp = 4\n    tp = 2", "dp = 2\n    tp = 1"),
+                     ("global_batch = 8             # = micro_batch * dp * micro_batches = 1 * 4 * 2",
+                      "global_batch = 4")):  # fmt: skip
+        assert old in text
+        text = text.replace(old, new)
+    (tmp_path / "tiny_mla_dp.msl").write_text(text)
+    folder = compile_spec(tmp_path / "tiny_mla_dp.msl", tmp_path / "out")
+    cwd = folder / "msrun_cwd"
+    cwd.mkdir()
+    steps = ("--synthetic", "--steps", str(DP_STEPS))
+    started = [(standalone(folder, "alone", *steps), folder),
+               (msrun(folder, cwd, folder / "msrun", *steps), cwd)]  # fmt: skip
+    for proc, where in started:
+        finish(proc, where)
+    last = f"step_{DP_STEPS:08d}.ckpt"
+    ranks = [checkpoint(folder / "msrun" / f"rank_{r}" / last) for r in (0, 1)]
+    alone = checkpoint(folder / "alone" / "rank_0" / last)
+    assert set(ranks[0]) == set(ranks[1]) == set(alone)
+    assert any(name.endswith(".att.kv_b") for name in alone)
+    for name in ranks[0]:
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)
+        np.testing.assert_allclose(ranks[0][name], alone[name], atol=1e-4, err_msg=name)
+    alone_log = log_rows(folder / "alone" / "rank_0" / "log.csv")
+    for rank in (0, 1):
+        log = log_rows(folder / "msrun" / f"rank_{rank}" / "log.csv")
+        assert [int(r["step"]) for r in log] == list(range(1, DP_STEPS + 1))
+        for mine, theirs in zip(log, alone_log, strict=True):
+            for key in ("loss", "grad_norm"):
+                assert float(mine[key]) == pytest.approx(float(theirs[key]), abs=1e-4), key
