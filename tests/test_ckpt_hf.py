@@ -100,8 +100,13 @@ def compiled_network(spec: Path, out: Path):
 
 def msgen_logits(net, tokens: np.ndarray) -> np.ndarray:
     """emb -> each repeated layer in order -> norm -> logits, as the network's
-    construct runs them (without the loss; a layer with experts also takes and gives
-    the running auxiliary loss)."""
+    construct runs them (without the loss)."""
+    return msgen_forward(net, tokens)[0]
+
+
+def msgen_forward(net, tokens: np.ndarray) -> tuple[np.ndarray, float]:
+    """The logits and the layers' auxiliary losses summed, as the network's construct
+    computes them (a layer with experts takes and gives the running sum)."""
     x = net.emb(ms.Tensor(tokens, ms.int32))
     aux = ms.Tensor(0.0, ms.float32)
     kinds = re.findall(r"for cell in self\.(\w+):", inspect.getsource(type(net).construct))
@@ -113,7 +118,8 @@ def msgen_logits(net, tokens: np.ndarray) -> np.ndarray:
                 x = cell(x)
     x = net.norm(x)
     tied = type(net.logits).__name__ == "TiedLinear"
-    return (net.logits(x, net.emb.table) if tied else net.logits(x)).asnumpy()
+    logits = net.logits(x, net.emb.table) if tied else net.logits(x)
+    return logits.asnumpy(), float(aux.asnumpy())
 
 
 @pytest.fixture(scope="module", autouse=True)
