@@ -188,3 +188,48 @@ def test_a_dense_model_type_with_experts_keys_is_refused(tmp_path, key):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert f"model_type 'llama' with {key}" in proc.stderr
     assert not spec.exists()
+
+
+@pytest.mark.slow
+def test_step_one_of_init_from_is_transformers_cross_entropy_plus_the_aux_loss(tmp_path):
+    """import hf -> from-hf -> train.py --init-from of Qwen3-MoE (a dense layer, a
+    sparse one): step 1's logged loss minus its logged aux_loss is transformers'
+    cross-entropy on the step's tokens, and aux_loss is the load-balancing loss
+    transformers adds (router_aux_loss_coef times load_balancing_loss_func), within
+    log.csv's 6 significant digits. The network's running auxiliary-loss total is no
+    weight: the run starts from from-hf's weights without it."""
+    import csv
+    import subprocess
+    import sys
+
+    from tests import emit_fixtures
+
+    model = hf_model("qwen3_moe", tmp_path / "hf", torch.float32)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    # one micro-batch of 2 sequences: the step's losses are one forward's, as transformers'
+    text = spec.read_text().replace("global_batch = 64", "global_batch = 2")
+    text = text.replace("micro_batch  = 1", "micro_batch  = 2")
+    spec.write_text(text.replace("micro_batches = 64", "micro_batches = 1"))
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")[0] == 0
+    compiled_network(spec, tmp_path / "gen")
+    tree = next(p for p in (tmp_path / "gen").iterdir() if p.is_dir())
+    run = subprocess.run(
+        [sys.executable, "train.py", "--standalone", "--synthetic", "--steps", "1"]
+        + ["--init-from", str(tmp_path / "init"), "--output", str(tmp_path / "out")],
+        cwd=tree, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    with (tmp_path / "out" / "rank_0" / "log.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    tokens, labels = next(emit_fixtures.load(tree, "train").synthetic_batches(1, 0, 0))
+    with torch.no_grad():
+        out = model(torch.tensor(tokens.astype(np.int64)), output_router_logits=True)
+        logits = out.logits.reshape(-1, out.logits.shape[-1])
+        ce = torch.nn.functional.cross_entropy(
+            logits, torch.tensor(labels.reshape(-1).astype(np.int64))
+        )
+    aux = model.config.router_aux_loss_coef * float(out.aux_loss)
+    loss, logged_aux = float(row["loss"]), float(row["aux_loss"])
+    assert logged_aux == pytest.approx(aux, rel=1e-5)
+    assert loss - logged_aux == pytest.approx(float(ce), rel=2e-5)
