@@ -288,14 +288,17 @@ def readme_section_commands() -> list[str]:
 @pytest.mark.slow
 def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     """Each command of the section, as printed, in a folder holding a small LLaMA saved
-    by transformers as `my-llama/`: the trained model comes back to transformers, and
-    the run resharded for tp = 2 merges back into the run's own checkpoint."""
+    by transformers as `my-llama/` and a small Qwen3-MoE as `my-moe/`: the trained model
+    comes back to transformers, the run resharded for tp = 2 merges back into the run's
+    own checkpoint, and the experts' per-rank slices on ep 2 x tp 2 merge back into
+    the source's experts, stacked."""
     import subprocess
 
     hf_model("llama", tmp_path / "my-llama", torch.float32)
+    hf_model("qwen3_moe", tmp_path / "my-moe", torch.float32)
     commands = readme_section_commands()
-    assert [c.split()[:3] for c in commands][-2:] == [["msgen", "ckpt", "merge"],
-                                                      ["msgen", "ckpt", "reshard"]]  # fmt: skip
+    assert [c.split()[:3] for c in commands][5:7] == [["msgen", "ckpt", "merge"],
+                                                     ["msgen", "ckpt", "reshard"]]  # fmt: skip
     root = str(Path(__file__).resolve().parents[1])
     # msgen and python of this environment (with this checkout's msgen) first on PATH
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
@@ -319,3 +322,8 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     assert set(back) == set(merged)
     for name, value in merged.items():
         assert np.array_equal(back[name].asnumpy(), value.asnumpy()), name
+    experts = ms.load_checkpoint(str(tmp_path / "moe-merged.ckpt"))["decoder_moe.0.moe.gate"]
+    source = tmp_path / "my-moe" / "model.safetensors"
+    stacked = [read_tensor(source, f"model.layers.1.mlp.experts.{e}.gate_proj.weight")[0].T
+               for e in range(4)]  # fmt: skip
+    assert np.array_equal(experts.asnumpy(), np.stack(stacked))
