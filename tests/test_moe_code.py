@@ -30,6 +30,13 @@ VARIANTS = {
     "tiny_moe_gelu_sigmoid": "activation = gelu, router = sigmoid, norm_topk = false, ",
     "tiny_moe_capacity_probs": "capacity = 0.5, z_loss = 0.001, ",
     "tiny_moe_capacity_position": "capacity = 0.5, drop = position, norm_topk = false, ",
+    "tiny_moe_shared_sigmoid": "shared_sigmoid = true, norm_topk = false, ",
+    # DeepSeek-V3's routing (the correction bias random as every parameter), and
+    # DeepSeek-V2's group_limited_greedy
+    "tiny_moe_deepseek_v3": "router = sigmoid, expert_bias = true, expert_groups = 2, "
+    "top_groups = 1, routed_scaling = 2.5, seq_aux_loss = 0.003, ",
+    "tiny_moe_group_limited": "expert_groups = 2, top_groups = 1, group_score = max, "
+    "norm_topk = false, ",
 }
 
 

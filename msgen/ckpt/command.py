@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.analysis.mesh import RankMesh
 from msgen.base.status import EXIT_OK
 from msgen.ckpt.ckptfile import tensor_shapes
 from msgen.ckpt.expected import (
@@ -80,16 +81,16 @@ def reshard_command(source_result, target_result, options: TransformOptions) -> 
         target = {f"stage_{s}.json": stage.text for s, stage in enumerate(stages)} or None
         logical = with_moments(spec_params(target_result))
         name = INIT_FILE if source.files[0].name == INIT_FILE else f"step_{source.step:08d}.ckpt"
-        mesh = target_result.spec.mesh
+        mesh = RankMesh.of(target_result.spec)
         made = _transformed(source, held.work, target)
-        ranks = range(mesh.dp * mesh.tp * mesh.pp) if target else range(mesh.dp)
+        ranks = range(mesh.devices) if target else range(mesh.dp)
         for rank in ranks:
             folder = held.staged / f"rank_{rank}"
             folder.mkdir()
             file = made[rank if target else 0]
             want = logical
             if target:
-                stage = stages[rank // stages[0].devices]
+                stage = stages[mesh.stage_of(rank)]
                 want = rank_shapes(logical, stage.layouts)
                 (folder / STRATEGY_FILE).write_text(stage.text, encoding="utf-8")
             check_tensors(tensor_shapes(file), want, f"rank {rank}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.analysis.mesh import RankMesh
 from msgen.base.readers import BadInput, Dict, Int, List, Obj, load_json
 from msgen.base.status import UsageError
 from msgen.ckpt.ckptfile import CkptFileError, tensor_shapes
@@ -111,8 +112,8 @@ def read_source(result, spec: Path, run: Path) -> Source:
             held(file, want, named)
         return Source(step, files, {f"{p.parent.name}.json": p for p in own})
     expected = expected_strategies(result, spec)
-    mesh = result.spec.mesh
-    world = mesh.dp * mesh.tp * mesh.pp
+    mesh = RankMesh.of(result.spec)
+    world = mesh.devices
     if expected and len(folders) != world:
         raise UsageError(
             f"{printable(str(run))} has {len(folders)} rank folders and no strategy files; "
@@ -121,7 +122,7 @@ def read_source(result, spec: Path, run: Path) -> Source:
     stages = stage_layouts(result, spec)
     for rank, file in enumerate(files):
         if stages:
-            layouts = stages[rank // stages[0].devices].layouts
+            layouts = stages[mesh.stage_of(rank)].layouts
             held(file, rank_shapes(logical, layouts), "the spec's mesh")
         else:  # a data-parallel run: every rank holds the whole model
             held(file, logical, "the spec's data-parallel mesh")

@@ -70,9 +70,8 @@ def layout(param: dict, doc: dict, mesh: RankMesh) -> dict:
     split = tuple(() if axis == "1" else (axis,) for axis in param["split"])
     dtype_bytes = _BYTES.get(doc["estimate"]["dtypes"]["weights"], 4)
     shards = shard_size(tuple(param["shape"]), split, mesh, dtype_bytes, doc["estimate"]["zero"])
-    dp, tp, ep = mesh.dp, mesh.tp, mesh.ep
     return {
-        "dev_matrix": [dp // ep, ep, tp] if expert else [dp, tp],
+        "dev_matrix": mesh.dev_matrix(expert),
         "tensor_map": [dims[axis] for axis in param["split"]],
         "param_split_shape": [],
         "indices_offset": [],

@@ -17,8 +17,13 @@ from msgen.base.status import UsageError
 from msgen.diagnostics import printable
 from msgen.hf.experts import DEFAULTS, MOE_KEYS, ExpertsError, HfMoe, moe_of, moe_params
 from msgen.lowering.evaluate import DIM_LIMIT
+from msgen.ops.rope_scaling import REFUSED, SIGNATURES, ScalingError, resolved
 
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB; anything near this is not one
+
+# rope_scaling's numbers as transformers 4.57's modeling_rope_utils reads them
+ROPE_SCALING_NUMBERS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast",
+                        "beta_slow", "mscale", "mscale_all_dim", "attention_factor")  # fmt: skip
 
 # model_type -> family. Qwen2 has q/k/v biases and no key for them
 # (modeling_qwen2.py, Qwen2Attention: q_proj, k_proj, v_proj bias=True, o_proj bias=False).
@@ -83,6 +88,8 @@ class HfModel:
     dtype: str
     param_dtype: str
     notes: tuple[str, ...] = field(default=())
+    # RoPE scaling: its rope_type and parameters (msgen.ops.rope_scaling), None for plain
+    rope_scaling: tuple[str, tuple[tuple[str, float | bool], ...]] | None = None
     qk_norm: bool = False  # Qwen3's RMSNorm of each head of q and k
     moe: HfMoe | None = None  # the experts, and which layers have them
 
@@ -131,7 +138,19 @@ class HfModel:
 # sliding_window, rope_scaling). Keys msgen does not read are left alone.
 _DIM = Int(1, DIM_LIMIT - 1)
 _NAME = Str(max_len=64)  # a model type, an activation, a dtype: short words
-_ROPE = Nullable(Obj(optional={"rope_type": _NAME, "type": _NAME, "rope_theta": Num()}))
+_SCALE = Nullable(Num(0.0, None))
+_ROPE = Nullable(
+    Obj(
+        optional={
+            "rope_type": _NAME,
+            "type": _NAME,
+            "rope_theta": Num(),
+            **{key: _SCALE for key in ROPE_SCALING_NUMBERS},
+            "original_max_position_embeddings": Nullable(_DIM),
+            "truncate": Bool(),
+        }
+    )
+)
 _COMMON = {
     "hidden_act": _NAME,
     "num_key_value_heads": Nullable(_DIM),
@@ -194,23 +213,51 @@ def _float(config: dict, key: str) -> float:
     return float(value)
 
 
+def _rope_source(config: dict) -> dict:
+    """The RoPE settings: transformers 5's `rope_parameters`, else transformers 4's
+    `rope_scaling` (with `rope_theta` beside it)."""
+    return config.get("rope_parameters") or config.get("rope_scaling") or {}
+
+
 def _rope(config: dict) -> float:
     """rope_theta from the transformers 4 form (`rope_theta`, `rope_scaling`) or the
-    transformers 5 form (`rope_parameters`); any scaling but `default` is refused."""
+    transformers 5 form (`rope_parameters`)."""
     params = config.get("rope_parameters")
-    for source in (params, config.get("rope_scaling")):
-        kind = (source or {}).get("rope_type", (source or {}).get("type", "default"))
-        if kind != "default":
-            raise HfConfigError(
-                f"rope_type {kind!r} is not supported: msgen's attention has plain RoPE "
-                "only (rope_type 'default'); llama3, yarn, linear, dynamic and longrope "
-                "scaling would change the model"
-            )
     if params and "rope_theta" in params:
         return _float(params, "rope_theta")
     if "rope_theta" in config:
         return _float(config, "rope_theta")
     return 10000.0  # transformers' default for all three families
+
+
+def _rope_scaling(config: dict) -> tuple[str, tuple[tuple[str, float | bool], ...]] | None:
+    """The RoPE scaling and the parameters transformers 4.57 reads for it
+    (modeling_rope_utils: ROPE_INIT_FUNCTIONS), None for plain RoPE; a scaling msgen
+    does not reproduce, or a parameter missing or out of range, refused naming it."""
+    source = _rope_source(config)
+    kind = source.get("rope_type", source.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind in REFUSED:
+        raise HfConfigError(f"rope_type {kind!r} is not supported: {REFUSED[kind]}")
+    if kind not in SIGNATURES:
+        raise HfConfigError(
+            f"rope_type {kind!r} is not supported: msgen takes default, " + ", ".join(SIGNATURES)
+        )
+    required, optional = SIGNATURES[kind]
+    given = {k: source[k] for k in (*required, *optional) if source.get(k) is not None}
+    context = config.get("max_position_embeddings")
+    if kind == "yarn" and "original_max_position_embeddings" not in given and context:
+        given["original_max_position_embeddings"] = context  # transformers' fallback
+    where = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    missing = [k for k in required if k not in given]
+    if missing:
+        raise HfConfigError(f"{where} of rope_type {kind!r} lacks {missing[0]}")
+    try:
+        resolved(kind, given)
+    except ScalingError as exc:
+        raise HfConfigError(f"{where}.{exc.key}: {exc.message}") from None
+    return kind, tuple(given.items())
 
 
 def _window(config: dict, family: str, layers: int) -> tuple[int | None, int]:
@@ -320,6 +367,7 @@ def _model(config: dict, family: str) -> HfModel:
         o_bias=family != "qwen2" and attention_bias,
         mlp_bias=family == "llama" and config.get("mlp_bias", False),
         rope_theta=_rope(config),
+        rope_scaling=_rope_scaling(config),
         max_positions=config.get("max_position_embeddings"),
         window=window,
         window_from=window_from,

@@ -46,6 +46,15 @@ def _bias(flag: bool) -> str:
     return "" if flag else ", bias = false"
 
 
+def _rope_scaling(m: HfModel) -> str:
+    """`, rope_scaling = llama3(factor = 8.0, ...)`, as the config sets it."""
+    if m.rope_scaling is None:
+        return ""
+    kind, params = m.rope_scaling
+    shown = (f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in params)
+    return f", rope_scaling = {kind}({', '.join(shown)})"
+
+
 def _feed_forward(m: HfModel, sparse: bool) -> str:
     """The layer's MLP, SwiGLU as separate gate and up projections, or its experts:
     dropless, routed as transformers routes (msgen.hf.experts)."""
@@ -69,6 +78,7 @@ def _feed_forward(m: HfModel, sparse: bool) -> str:
 
 def _layer(m: HfModel, run: Run) -> str:
     rope = "" if m.rope_theta == 10000.0 else f", rope_theta = {m.rope_theta!r}"
+    rope += _rope_scaling(m)
     band = ", window = window" if run.window else ""
     norm = ", qk_norm = true" if m.qk_norm else ""
     return f"""

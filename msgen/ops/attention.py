@@ -1,11 +1,13 @@
-"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, window, flash, dropout,
-qk_norm)` over a fused QKV.
+"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, rope_scaling, window, flash,
+dropout, qk_norm)` over a fused QKV.
 
 qkv is [batch, seq, (heads + 2 * kv_heads) * head_dim], laid out per kv group
 (its query heads, then its k, then its v), so a split of the last dim splits
 whole groups. Output is [batch, seq, heads * head_dim]. `qk_norm` normalises each head of q and k
 (RMSNorm over head_dim, eps 1e-6, before rope) with the parameters q_norm and k_norm
-[head_dim], as Qwen3 (transformers' Qwen3Attention).
+[head_dim], as Qwen3 (transformers' Qwen3Attention). `rope_scaling = llama3(...)`,
+`yarn(...)` or `linear(...)` scales rope's frequencies (and with yarn its cos and sin)
+as transformers does (msgen.ops.rope_scaling); it changes no shape, memory or FLOPs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from msgen.ops.base import (
     tensor_bytes,
 )
 from msgen.ops.linear import without
+from msgen.ops.rope_scaling import ScalingError, frequencies_source, resolved
 
 
 def head_dim(node, ctx) -> int:
@@ -43,6 +46,27 @@ def window_cells(seq: int, window: int) -> int:
     return w * seq - w * (w - 1) // 2
 
 
+def check_scaling(node) -> None:
+    """`rope_scaling` as msgen.ops.rope_scaling takes it, and only with rope."""
+    form = node.args["rope_scaling"]
+    if not node.args.get("rope"):
+        raise OpError("MSL119", "rope_scaling scales rope: it needs rope = true", "rope_scaling")
+    try:
+        resolved(form.name, form.args)
+    except ScalingError as e:
+        raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
+
+
+def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
+    """The scaling as the generated cell takes it, transformers' `rope_scaling` dict
+    (its `rope_type`, then each parameter set or defaulted), as items."""
+    form = node.args.get("rope_scaling")
+    if form is None:
+        return None
+    params = resolved(form.name, form.args)
+    return (("rope_type", form.name),) + tuple((k, v) for k, v in params.items() if v is not None)
+
+
 class Attention(OpDef):
     name = "attention"
     args = (
@@ -52,6 +76,7 @@ class Attention(OpDef):
         Arg("causal", "bool", False),
         Arg("rope", "bool", False),
         Arg("rope_theta", "float", 10000.0, within="(0, inf)"),
+        Arg("rope_scaling", "call", None),
         Arg("window", "int", None),
         Arg("flash", "bool", False),
         Arg("dropout", "float", 0.0, within="[0, 1)"),
@@ -68,10 +93,11 @@ class Attention(OpDef):
     )
     # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
     setting_imports = {
+        "rope_scaling": ("import math",),  # the frequencies' source (rope_scaling.frequencies)
         "flash": (
             "import mindspore as ms",
             "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-        )
+        ),
     }
 
     def strategies(self, node, layout, ctx):
@@ -87,6 +113,7 @@ class Attention(OpDef):
             "causal": self.arg(node, "causal"),
             "rope": self.arg(node, "rope"),
             "rope_theta": float(self.arg(node, "rope_theta")),
+            "rope_scaling": rope_scaling(node),
             "window": node.args.get("window"),
             "flash": self.arg(node, "flash"),
             "p": float(self.arg(node, "dropout")),
@@ -95,11 +122,15 @@ class Attention(OpDef):
 
     def helper_values(self, ops):
         # One Attention cell serves the model: it takes `flash` when any op asks for it,
-        # builds dropout primitives when any op drops out, and q/k norms when any has them.
+        # builds dropout primitives when any op drops out, q/k norms when any has them,
+        # and carries the scaled frequencies' source when any scales rope.
+        scaled = any(op.setting("rope_scaling") for op in ops)
         return {
             "flash": any(op.setting("flash") for op in ops),
             "dropout": any(op.setting("p") > 0 for op in ops),
             "qk_norm": any(op.setting("qk_norm") for op in ops),
+            "rope_scaling": scaled,
+            "rope_frequencies": frequencies_source() if scaled else "",
         }
 
     def code(self, op, model):
@@ -107,6 +138,10 @@ class Attention(OpDef):
         s = op.setting
         extra = ", flash=True" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
+        if s("rope_scaling"):
+            extra += (
+                ", rope_scaling={" + ", ".join(f"{k!r}: {v!r}" for k, v in s("rope_scaling")) + "}"
+            )
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
             f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
@@ -135,6 +170,8 @@ class Attention(OpDef):
         hd = head_dim(node, ctx)
         if hd <= 0:
             raise OpError("MSL119", "head_dim must be positive", "heads")
+        if node.args.get("rope_scaling") is not None:
+            check_scaling(node)
         want = (heads + 2 * groups) * hd
         if qkv[-1] != want:
             raise OpError(

@@ -25,7 +25,9 @@ from msgen.ir.schema import REQUIRED
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str  # tensor | int | float | bool | op | name (one of `choices`)
+    # tensor | int | float | bool | op | name (one of `choices`) | call (`name(key = value)`,
+    # an ir.Call the op checks)
+    kind: str
     default: object = REQUIRED
     within: str | None = None  # a float's interval, "[0, 1)" or "(0, inf)" (MSL126)
     choices: tuple[str, ...] = ()  # a name's allowed values
@@ -296,6 +298,12 @@ class OpDef:
     def helper_values(self, ops) -> dict:
         """What the op's helper-cell fragments (templates/ops/) are rendered with, given
         the emitter's records of every op of this kind in the model."""
+        return {}
+
+    def buffers(self, node: OpNode) -> dict[str, tuple[int, ...]]:
+        """State the op keeps beside its parameters, by name: not trained (no gradient,
+        no optimizer state, not in params_total), checkpointed and resharded whole
+        (moe's correction bias). Default: none."""
         return {}
 
     def imports_of(self, op=None) -> tuple[str, ...]:

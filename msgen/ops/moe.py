@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from math import ceil, prod
 
+from msgen.ops import moe_routing as routing
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -79,6 +80,12 @@ SHARED = {
     "gelu": ("shared_up", "shared_down"),
 }
 
+# The matrices every rank holds whole, and why.
+WHOLE = {
+    "router": "every rank routes its tokens over all experts",
+    "shared_sigmoid": "its one output column scales each token's shared experts",
+}
+
 
 class Moe(OpDef):
     name = "moe"
@@ -88,16 +95,25 @@ class Moe(OpDef):
         Arg("top_k", "int"),
         Arg("ffn", "int"),
         Arg("shared_ffn", "int", 0),
+        Arg("shared_sigmoid", "bool", False),
         Arg("activation", "name", "swiglu", choices=("swiglu", "gelu")),
-        Arg("router", "name", "softmax", choices=("softmax", "sigmoid")),
-        Arg("norm_topk", "bool", True),
+        *routing.ARGS,
         Arg("capacity", "float", None, within="(0, inf)"),
         Arg("drop", "name", "probs", choices=("probs", "position")),
         Arg("aux_loss", "float", 0.0, within="[0, inf)"),
         Arg("z_loss", "float", 0.0, within="[0, inf)"),
         Arg("imbalance", "float", 1.0, within="[1, inf)"),
     )
-    params = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    params = (
+        "router",
+        "gate",
+        "up",
+        "down",
+        "shared_gate",
+        "shared_up",
+        "shared_down",
+        "shared_sigmoid",
+    )
     composite = True
     helpers = ("moe",)
     imports = (
@@ -157,8 +173,7 @@ class Moe(OpDef):
             "ffn": node.args["ffn"],
             "shared_ffn": self.arg(node, "shared_ffn"),
             "gated": self.arg(node, "activation") == "swiglu",
-            "sigmoid": self.arg(node, "router") == "sigmoid",
-            "norm_topk": self.arg(node, "norm_topk"),
+            **routing.settings(node),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
             "permute": capacity is None,
@@ -171,7 +186,14 @@ class Moe(OpDef):
 
     def helper_values(self, ops):
         # The MoE cell has the permuting dispatcher when some op of the model permutes.
-        return {"permute": any(op.setting("permute") for op in ops)}
+        # update_expert_bias when some moe op of the model has a correction bias
+        return {
+            "permute": any(op.setting("permute") for op in ops),
+            "biased": any(op.setting("bias_rate") is not None for op in ops),
+        }
+
+    def buffers(self, node) -> dict[str, tuple[int, ...]]:
+        return routing.buffers(node)
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -190,9 +212,12 @@ class Moe(OpDef):
             make += f", inner={inner}, outer={outer}"
         if s("devices"):
             make += f", devices={s('devices')}"
-        aux = s("aux_loss") > 0 or s("z_loss") > 0
+        make += routing.keywords(s)
+        aux = s("aux_loss") > 0 or s("z_loss") > 0 or s("seq_aux_loss") > 0
         if aux:
             make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
+        if s("seq_aux_loss") > 0:
+            make += f", seq_aux_loss={s('seq_aux_loss')!r}"
         return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
 
     def active_params(self, node, params):
@@ -217,6 +242,14 @@ class Moe(OpDef):
         for arg in ("ffn", "shared_ffn"):
             if self.arg(node, arg) < 0 or (arg == "ffn" and node.args[arg] < 1):
                 raise OpError("MSL119", f"{arg} must be positive", arg)
+        routing.check(node)
+        if self.arg(node, "shared_sigmoid") and not self.arg(node, "shared_ffn"):
+            raise OpError(
+                "MSL119",
+                "shared_sigmoid gates the shared experts, and there are none",
+                "shared_sigmoid",
+                "give the shared experts a width (`shared_ffn = ...`) or drop shared_sigmoid",
+            )
         return x
 
     def param_shapes(self, node, inputs, ctx):
@@ -226,6 +259,8 @@ class Moe(OpDef):
         shapes = {"router": (h, e)}
         shapes |= {m: (e, f, h) if m == "down" else (e, h, f) for m in experts}
         shapes |= {m: (s, h) if m == "shared_down" else (h, s) for m in shared}
+        if self.arg(node, "shared_sigmoid"):
+            shapes["shared_sigmoid"] = (h, 1)
         return shapes
 
     def layout(self, node, inputs, out_shape, ctx):
@@ -254,20 +289,22 @@ class Moe(OpDef):
             if name == "router":
                 continue
             default = (ffn_axes, ()) if name.endswith("down") else ((), ffn_axes)
+            if name == "shared_sigmoid":
+                default = ((), ())
             if name in self.expert_params:
                 default = expert_split(node, ctx, name)
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
             if name in self.expert_params and effective(split, ctx) != default:
                 raise split_error(node, name, split, default, dropless)
             params.append(Param(name, shape, split))
-        if params[0].split != ((), ()):
-            raise OpError(
-                "MSL210",
-                f"`router` of moe `{node.name}` cannot be split: every rank routes its tokens "
-                "over all experts",
-                "router",
-                "drop `router @ [...]`",
-            )
+        for p in params:
+            if p.name in WHOLE and p.split != ((), ()):
+                raise OpError(
+                    "MSL210",
+                    f"`{p.name}` of moe `{node.name}` cannot be split: {WHOLE[p.name]}",
+                    p.name,
+                    f"drop `{p.name} @ [...]`",
+                )
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
@@ -331,7 +368,9 @@ class Moe(OpDef):
         capacity, the dispatch tensor and the combine tensor (dispatch times the
         router weights) [rows, group tokens] in the compute dtype: the backward of the
         batched matmuls that gather and scatter the slots reads them. The shared
-        experts save their gated halves and activation [tokens, shared_ffn]."""
+        experts save their gated halves and activation [tokens, shared_ffn]; with
+        `shared_sigmoid`, the gate's sigmoid [tokens, 1] and the shared output [tokens,
+        hidden] it scales."""
         (x,) = inputs
         name, item = node.name, ctx.dtype_bytes
         lead = x.split[:-1]
@@ -371,15 +410,19 @@ class Moe(OpDef):
             saved.append(
                 Saved(f"{name}.shared_act", (n, s), (tok_split[0], ffn_axes), item, "internal")
             )
+        if self.arg(node, "shared_sigmoid"):
+            # the product's backward reads both factors: the gate and the shared output
+            saved.append(Saved(f"{name}.shared_score", (n, 1), tok_split, item, "internal"))
+            saved.append(Saved(f"{name}.shared_out", (n, h), tok_split, item, "internal"))
         return saved
 
     def work(self, node, inputs, output, ctx):
         """Model FLOPs: the router (2 * tokens * hidden * experts) and the active
         experts only, each matrix 2 * tokens * top_k * hidden * ffn, plus the shared
-        experts over every token. The kernels compute the capacity-padded rows and
-        the dispatch and combine matmuls (2 * slots * group tokens * hidden each, per
-        group), or the busiest expert rank's rows (times the load imbalance) when
-        dropless.
+        experts over every token (and their sigmoid gate's 2 * tokens * hidden). The
+        kernels compute the capacity-padded rows and the dispatch and combine matmuls
+        (2 * slots * group tokens * hidden each, per group), or the busiest expert
+        rank's rows (times the load imbalance) when dropless.
         Memory-bound: the router's softmax, the permute and un-permute copies, the
         activation and the weighted combine, over the routed copies dropless and the
         padded slots with a capacity."""
@@ -391,6 +434,8 @@ class Moe(OpDef):
         router = 2 * n * h * e
         active = len(experts) * 2 * n * k * h * f
         shared_flops = len(shared) * 2 * n * h * s
+        gated = self.arg(node, "shared_sigmoid")
+        shared_flops += gated * 2 * n * h  # the gate's [hidden, 1] matmul
         rows = expert_rows(node, n, ctx)
         if node.args.get("capacity") is None:
             rows = rows * imbalance(node)
@@ -407,6 +452,8 @@ class Moe(OpDef):
             + 4 * copies * h * item  # permute and un-permute: each reads and writes them
             + 3 * copies * f * item  # the activation: two halves read, one written
             + 2 * n * s * item * (len(shared) > 0)
+            + gated * 2 * n * (h + 1) * item  # sigmoid(gate) * shared output, read, written
+            + routing.selection_bytes(node, n)
         )
         return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
                     memory_bytes=memory)  # fmt: skip
