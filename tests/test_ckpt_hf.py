@@ -51,6 +51,17 @@ MODELS = {
             "mlp_only_layers": [0],
         },
     ),
+    # 4 experts, 2 per token, and the shared expert with its sigmoid gate
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        {
+            "num_key_value_heads": 2,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+        },
+    ),
 }
 
 

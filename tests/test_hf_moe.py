@@ -32,6 +32,7 @@ PUBLISHED = {  # name -> (parameters, active parameters) where published
     "mixtral_8x7b": (46_702_792_704, 12_879_925_248),
     "qwen3_30b_a3b": (30_532_122_624, 3_353_032_704),
     "qwen3_8b": (None, None),
+    "qwen1_5_moe_a2_7b": (None, None),
 }
 
 

@@ -34,6 +34,7 @@ FAMILIES = {
     "mistral": "mistral",
     "mixtral": "mixtral",
     "qwen3_moe": "qwen3_moe",
+    "qwen2_moe": "qwen2_moe",
 }
 # head_dim when config.json has none: Qwen3Config's own default is 128
 # (configuration_qwen3.py); the others derive it, hidden / heads.
@@ -186,6 +187,9 @@ SCHEMAS = {
     "mistral": Obj(_REQUIRED, {**_COMMON, **_WINDOW}),
     "mixtral": Obj(_SPARSE, {**_COMMON, **_WINDOW, **MOE_KEYS["mixtral"]}),
     "qwen3_moe": Obj(_SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen3_moe"]}),
+    "qwen2_moe": Obj(
+        _SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen2_moe"], "qkv_bias": Bool()}
+    ),
 }
 
 
@@ -336,6 +340,12 @@ def _model(config: dict, family: str) -> HfModel:
     head_dim = _given(config, "head_dim", HEAD_DIM_DEFAULT.get(family, hidden // heads))
     if head_dim * heads != hidden and config.get("head_dim") is None:
         raise HfConfigError(f"hidden_size {hidden} is not a multiple of {heads} heads")
+    if family == "qwen2_moe" and config.get("use_sliding_window", False):
+        raise HfConfigError(
+            "use_sliding_window is true: Qwen2-MoE's attention implementations disagree "
+            "on which layers it covers (modeling_qwen2_moe.py: the flash path from "
+            "max_window_layers on, the mask for every layer)"
+        )
     window, window_from = _window(config, family, layers)
     dtype, param_dtype, notes = _dtype(config)
     attention_bias = config.get("attention_bias", False)
@@ -363,8 +373,11 @@ def _model(config: dict, family: str) -> HfModel:
         ffn=config.get("intermediate_size") or DEFAULTS[family]["intermediate_size"],
         eps=eps,
         tied=config.get("tie_word_embeddings", False),
-        qkv_bias=family == "qwen2" or attention_bias,
-        o_bias=family != "qwen2" and attention_bias,
+        # Qwen2-MoE's q/k/v biases: its own key, default true (configuration_qwen2_moe.py)
+        qkv_bias=family == "qwen2"
+        or config.get("qkv_bias", family == "qwen2_moe")
+        or attention_bias,
+        o_bias=family not in ("qwen2", "qwen2_moe") and attention_bias,
         mlp_bias=family == "llama" and config.get("mlp_bias", False),
         rope_theta=_rope(config),
         rope_scaling=_rope_scaling(config),

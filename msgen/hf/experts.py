@@ -1,8 +1,9 @@
-"""The experts of a Hugging Face mixture of experts (Mixtral, Qwen3-MoE), read from its
-config.json: how many, how many a token takes, their width, whether the chosen weights
-are renormalised, which layers have them, and the load-balancing coefficient in
-msgen's terms. The keys and defaults are transformers 4.57's
-(`configuration_mixtral.py`, `configuration_qwen3_moe.py`).
+"""The experts of a Hugging Face mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE),
+read from its config.json: how many, how many a token takes, their width, whether the
+chosen weights are renormalised, which layers have them, Qwen2-MoE's shared expert, and
+the load-balancing coefficient in msgen's terms. The keys and defaults are transformers
+4.57's (`configuration_mixtral.py`, `configuration_qwen2_moe.py`,
+`configuration_qwen3_moe.py`).
 
 Routing is transformers' in both: a softmax over all experts in fp32, the top k, the
 k weights divided by their sum where `norm_topk_prob` (Mixtral always), no capacity
@@ -38,16 +39,18 @@ _COMMON = {
     "output_router_logits": Bool(),
     "intermediate_size": _DIM,
 }
+_QWEN = {
+    **_COMMON,
+    "num_experts": _COUNT,
+    "moe_intermediate_size": _DIM,
+    "norm_topk_prob": Bool(),
+    "decoder_sparse_step": _DIM,
+    "mlp_only_layers": List(_COUNT, max_len=DIM_LIMIT),
+}
 MOE_KEYS = {
     "mixtral": {**_COMMON, "num_local_experts": _DIM, "router_jitter_noise": Num()},
-    "qwen3_moe": {
-        **_COMMON,
-        "num_experts": _COUNT,
-        "moe_intermediate_size": _DIM,
-        "norm_topk_prob": Bool(),
-        "decoder_sparse_step": _DIM,
-        "mlp_only_layers": List(_COUNT, max_len=DIM_LIMIT),
-    },
+    "qwen3_moe": _QWEN,
+    "qwen2_moe": {**_QWEN, "shared_expert_intermediate_size": _DIM},
 }
 # transformers' defaults for a key config.json leaves out, per family
 DEFAULTS = {
@@ -63,6 +66,17 @@ DEFAULTS = {
         "num_experts_per_tok": 8,
         "moe_intermediate_size": 768,
         "intermediate_size": 6144,
+        "norm_topk_prob": False,
+        "router_aux_loss_coef": 0.001,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    },
+    "qwen2_moe": {
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "intermediate_size": 5632,
         "norm_topk_prob": False,
         "router_aux_loss_coef": 0.001,
         "decoder_sparse_step": 1,
@@ -85,6 +99,7 @@ class HfMoe:
     norm_topk: bool
     aux_coef: float  # router_aux_loss_coef, as transformers reads it
     sparse: tuple[bool, ...]  # per layer: experts (True) or the dense MLP
+    shared_ffn: int = 0  # Qwen2-MoE's shared expert, its output gated by a sigmoid
 
     @property
     def aux_loss(self) -> float:
@@ -94,8 +109,11 @@ class HfMoe:
 
 def moe_params(moe: HfMoe, hidden: int) -> int:
     """A sparse layer's feed-forward parameters: the router and the experts' three
-    matrices each (modeling_mixtral.py MixtralSparseMoeBlock, modeling_qwen3_moe.py)."""
-    return hidden * moe.experts + moe.experts * 3 * hidden * moe.ffn
+    matrices each (modeling_mixtral.py MixtralSparseMoeBlock, modeling_qwen3_moe.py),
+    and Qwen2-MoE's shared expert's three and its gate [1, hidden]
+    (modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock)."""
+    shared = (3 * moe.shared_ffn + 1) * hidden if moe.shared_ffn else 0
+    return hidden * moe.experts + moe.experts * 3 * hidden * moe.ffn + shared
 
 
 def _get(config: dict, family: str, key: str):
@@ -104,8 +122,9 @@ def _get(config: dict, family: str, key: str):
 
 
 def _sparse(config: dict, family: str, layers: int, experts: int) -> tuple[bool, ...]:
-    """Which layers have experts: all of Mixtral's; Qwen3-MoE's as its decoder layer
-    decides (modeling_qwen3_moe.py Qwen3MoeDecoderLayer: not in mlp_only_layers, and
+    """Which layers have experts: all of Mixtral's; Qwen2-MoE's and Qwen3-MoE's as their
+    decoder layer decides (modeling_qwen3_moe.py Qwen3MoeDecoderLayer, and
+    Qwen2MoeDecoderLayer alike: not in mlp_only_layers, and
     (i + 1) % decoder_sparse_step == 0, and num_experts > 0)."""
     if family == "mixtral":
         return (True,) * layers
@@ -145,4 +164,7 @@ def moe_of(config: dict, family: str, layers: int) -> HfMoe | None:
         norm_topk=family == "mixtral" or _get(config, family, "norm_topk_prob"),
         aux_coef=float(coef),
         sparse=sparse,
+        shared_ffn=(
+            _get(config, family, "shared_expert_intermediate_size") if family == "qwen2_moe" else 0
+        ),
     )

@@ -2,7 +2,8 @@
 msgen path and map (msgen.hf.mapping). A layer's rows are its attention's, then its
 dense MLP's or, in a sparse layer, its experts'. The names are those of transformers
 4.57's modelling files (`modeling_llama.py`, `modeling_qwen2.py`, `modeling_qwen3.py`,
-`modeling_mistral.py`, `modeling_mixtral.py`, `modeling_qwen3_moe.py`); the msgen
+`modeling_mistral.py`, `modeling_mixtral.py`, `modeling_qwen2_moe.py`,
+`modeling_qwen3_moe.py`); the msgen
 paths are those of the ops msgen.hf.spec writes (n1, qkv, att, o, n2, gate, up,
 down; `moe` in a sparse layer). A tied model has no `lm_head.weight` and msgen's
 output layer uses `emb.table`.
@@ -78,6 +79,22 @@ QWEN_EXPERTS = (
     *experts(tuple(f"mlp.experts.{{e}}.{p}_proj.weight" for p in ("gate", "up", "down")), "moe"),
 )
 
+# Qwen2MoeSparseMoeBlock: Qwen3-MoE's, and a shared expert (shared_expert.gate_proj,
+# up_proj, down_proj) whose output sigmoid(shared_expert_gate(x)) scales
+QWEN2_EXPERTS = (
+    *QWEN_EXPERTS,
+    *(
+        Weight((f"mlp.shared_expert.{p}_proj.weight",), f"moe.shared_{p}", TRANSPOSE, (shape,))
+        for p, shape in (
+            ("gate", ("shared_ffn", "hidden")),
+            ("up", ("shared_ffn", "hidden")),
+            ("down", ("hidden", "shared_ffn")),
+        )
+    ),
+    Weight(("mlp.shared_expert_gate.weight",), "moe.shared_sigmoid", TRANSPOSE,
+           (("one", "hidden"),)),  # fmt: skip
+)
+
 TABLES = {
     "llama": Family(ATTENTION, MLP),
     "qwen2": Family(ATTENTION, MLP),
@@ -85,4 +102,5 @@ TABLES = {
     "qwen3": Family(ATTENTION + QK_NORMS, MLP),
     "mixtral": Family(ATTENTION, MLP, MIXTRAL_EXPERTS),
     "qwen3_moe": Family(ATTENTION + QK_NORMS, MLP, QWEN_EXPERTS),
+    "qwen2_moe": Family(ATTENTION, MLP, QWEN2_EXPERTS),
 }

@@ -28,6 +28,8 @@ from msgen.hf.config import HfModel
 _DIMS = {
     "experts": lambda m: m.moe.experts,
     "moe_ffn": lambda m: m.moe.ffn,
+    "shared_ffn": lambda m: m.moe.shared_ffn,
+    "one": lambda m: 1,
 }
 
 

@@ -62,9 +62,10 @@ def _feed_forward(m: HfModel, sparse: bool) -> str:
         e = m.moe
         norm = "" if e.norm_topk else ", norm_topk = false"
         aux = f", aux_loss = {e.aux_loss!r}" if e.aux_loss else ""
+        shared = ", shared_ffn = shared_ffn, shared_sigmoid = true" if e.shared_ffn else ""
         return (
             f"    moe  = moe(n2, experts = {e.experts}, top_k = {e.top_k}, ffn = moe_ffn"
-            f"{norm}{aux})\n    output h + moe\n"
+            f"{shared}{norm}{aux})\n    output h + moe\n"
         )
     mlp = _bias(m.mlp_bias)
     return f"""    gate = linear(n2, ffn{mlp}) weight @ [1, tp]
@@ -122,6 +123,8 @@ def spec_text(m: HfModel, setup: Setup, source: str) -> str:
     ffn = f"    ffn      = {m.ffn}\n" if any(not r.sparse for r in found) else ""
     if m.moe is not None:
         ffn += f"    moe_ffn  = {m.moe.ffn}\n"
+    if m.moe is not None and m.moe.shared_ffn:
+        ffn += f"    shared_ffn = {m.moe.shared_ffn}\n"
     if m.tied:
         logits = "    logits = linear(norm, vocab, tie = emb)\n"
     else:
