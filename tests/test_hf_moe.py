@@ -1,9 +1,9 @@
-"""Mixtures of experts (Mixtral, Qwen3-MoE) and Qwen3 from Hugging Face, held against
+"""Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) and Qwen3 from Hugging Face, held against
 transformers 4.57: the published configs import with the parameter count transformers'
 own model has; the load-balancing coefficient gives transformers' loss
 (`load_balancing_loss_func`) as docs/checkpoints.md states it; per-rank slices on a
 mesh with ep and tp merge back to the whole weights; bad input is one line, exit 2,
-nothing written. (The logits and the round trips: tests/test_ckpt_hf.py, whose
+nothing written (a mesh the experts do not fit: the spec's error, exit 1). (The logits and the round trips: tests/test_ckpt_hf.py, whose
 families these are too.)
 
 Published counts: Mixtral-8x7B 46,702,792,704 parameters, 12,879,925,248 active
@@ -234,3 +234,12 @@ def test_step_one_of_init_from_is_transformers_cross_entropy_plus_the_aux_loss(t
     loss, logged_aux = float(row["loss"]), float(row["aux_loss"])
     assert logged_aux == pytest.approx(aux, rel=1e-5)
     assert loss - logged_aux == pytest.approx(float(ce), rel=2e-5)
+
+
+def test_a_qwen2_moe_sliding_window_is_refused(tmp_path):
+    """Qwen2-MoE's flash path windows the layers from max_window_layers on, its mask
+    every layer: msgen cannot mean both."""
+    config = json.loads((CONFIGS / "qwen1_5_moe_a2_7b.json").read_text())
+    proc, spec = imported(tmp_path, config | {"use_sliding_window": True})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "use_sliding_window is true" in proc.stderr and not spec.exists()

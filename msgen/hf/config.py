@@ -1,5 +1,5 @@
-"""A Hugging Face `config.json` of the LLaMA, Qwen2, Qwen3, Mistral, Mixtral or
-Qwen3-MoE family, read into the few numbers a spec needs, every one checked; anything
+"""A Hugging Face `config.json` of the LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE
+or Qwen3-MoE family, read into the few numbers a spec needs, every one checked; anything
 msgen cannot reproduce exactly is refused with its name, never dropped.
 
 The keys and their defaults are transformers' own (`models/<family>/configuration_*.py`
@@ -319,7 +319,7 @@ def model_of(config: dict, name: str = "config.json") -> HfModel:
         raise HfConfigError(
             f"{name}: model_type {kind!r} with {experts[0]}: transformers builds a dense "
             f"{kind} model and never reads the experts' keys; a mixture of experts has "
-            "model_type mixtral or qwen3_moe"
+            "model_type mixtral, qwen2_moe or qwen3_moe"
         )
     try:
         return _model(SCHEMAS[family].check(config, name), family)
