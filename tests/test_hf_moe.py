@@ -243,3 +243,19 @@ def test_a_qwen2_moe_sliding_window_is_refused(tmp_path):
     proc, spec = imported(tmp_path, config | {"use_sliding_window": True})
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "use_sliding_window is true" in proc.stderr and not spec.exists()
+
+
+@pytest.mark.slow
+def test_the_planner_lays_an_imported_moe_out_with_ep(tmp_path):
+    """Qwen3-30B-A3B over two servers of 8: the planner's layout splits the experts over
+    ep (inside dp), fits, and the estimate counts the published active parameters."""
+    proc, spec = imported(tmp_path, CONFIGS / "qwen3_30b_a3b.json", "--devices", 16)
+    assert proc.returncode == 0, proc.stderr
+    assert "mesh chosen by the planner for 16 devices" in proc.stderr
+    text = spec.read_text()
+    ep = int(text.split("    ep = ")[1].split()[0])
+    dp = int(text.split("    dp = ")[1].split()[0])
+    assert ep > 1 and dp % ep == 0
+    doc = estimate(spec)
+    assert all(stage["fits"] for stage in doc["stages"])
+    assert doc["params_active"] == PUBLISHED["qwen3_30b_a3b"][1]
