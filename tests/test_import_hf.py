@@ -183,7 +183,7 @@ def test_qwen2_window_starts_at_max_window_layers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert window_of(spec) == {"decoder": False, "decoder_swa": "window"}
     text = spec.read_text()
-    assert "repeat decoder(emb) 1" in text and "repeat decoder_swa(full) layers - 1" in text
+    assert "repeat decoder(emb) 1" in text and "repeat decoder_swa(part1) layers - 1" in text
     assert estimate(spec)["params_total"] == hf_count(config)
 
 
