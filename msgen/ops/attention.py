@@ -98,13 +98,14 @@ class Attention(OpDef):
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
     setting_imports = {
-        "rope_scaling": ("import math",),  # the frequencies' source (rope_scaling.frequencies)
+        # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
         "flash": (
             "import mindspore as ms",
             "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
         ),
+        # the scaled frequencies' source (msgen/ops/rope_scaling/frequencies.py) reads math
+        "rope_scaling": ("import math",),
     }
 
     def strategies(self, node, layout, ctx):
