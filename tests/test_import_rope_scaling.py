@@ -2,7 +2,8 @@
 a LLaMA with Llama 3.1's `llama3` scaling, a Qwen2 with `yarn` (and its attention
 factor), a Mistral with `linear`, each built by transformers from a config (every
 weight perturbed, norms included) -> `import hf` -> `ckpt from-hf` -> the generated
-model's logits equal transformers' (fp32, 1e-4). The scalings are chosen so that every
+model's logits equal transformers' (fp32, 1e-4), and `ckpt to-hf` gives the tensors
+and the scaling back. The scalings are chosen so that every
 band kind changes within the test's 32 positions: llama3's original context of 64
 keeps band 0, blends band 1 and divides the rest (low_freq_factor 2, not Llama 3.1's 1,
 so a formula that ignores it shows); yarn's original 16 interpolates all but band 0."""
@@ -23,6 +24,7 @@ from tests.test_ckpt_hf import SEQ, compiled_network, hf_model, msgen, msgen_log
 torch = require("torch")
 transformers = require("transformers")
 ms = require("mindspore")
+load_file = require("safetensors.torch").load_file
 
 LLAMA3 = {
     "rope_type": "llama3",
@@ -67,6 +69,15 @@ def test_rope_scaled_models_give_transformers_logits(tmp_path, family):
     scale = max(1.0, np.abs(expected).max())
     assert np.abs(unscaled - expected).max() > 1e-2 * scale
     assert np.abs(got - expected).max() < 1e-4 * scale
+    # and back: the same tensors, and a config.json that keeps the scaling
+    code, err = msgen("ckpt", "to-hf", spec, tmp_path / "init", "-o", tmp_path / "back")
+    assert code == 0, err
+    source = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    back = load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert sorted(source) == sorted(back)
+    assert all(torch.equal(source[name], back[name]) for name in source)
+    configs = [json.loads((tmp_path / d / "config.json").read_text()) for d in ("hf", "back")]
+    assert configs[1]["rope_scaling"] == configs[0]["rope_scaling"]
 
 
 # The published config.json of each model (its model card), the keys import hf reads.
