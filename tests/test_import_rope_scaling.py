@@ -3,10 +3,10 @@ a LLaMA with Llama 3.1's `llama3` scaling, a Qwen2 with `yarn` (and its attentio
 factor), a Mistral with `linear`, each built by transformers from a config (every
 weight perturbed, norms included) -> `import hf` -> `ckpt from-hf` -> the generated
 model's logits equal transformers' (fp32, 1e-4), and `ckpt to-hf` gives the tensors
-and the scaling back. The scalings are chosen so that every
-band kind changes within the test's 32 positions: llama3's original context of 64
-keeps band 0, blends band 1 and divides the rest (low_freq_factor 2, not Llama 3.1's 1,
-so a formula that ignores it shows); yarn's original 16 interpolates all but band 0."""
+and the scaling back. The scalings are chosen so that every band kind changes within
+the test's 32 positions: llama3's original context of 64 keeps band 0, blends band 1
+and divides the rest (low_freq_factor 2, not Llama 3.1's 1, so a formula that ignores
+it shows); yarn's original 16 interpolates all but band 0."""
 
 from __future__ import annotations
 
