@@ -158,6 +158,7 @@ def test_published_rope_scaled_configs_import_with_transformers_parameter_count(
     code, err, spec = imported(tmp_path, config)
     assert code == 0, err
     assert scaling in spec.read_text()
+    assert msgen("fmt", "--check", spec)[0] == 0  # laid out as msgen fmt lays it out
     hf = {k: v for k, v in config.items() if k != "model_type"}
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**hf))
