@@ -95,6 +95,7 @@ def shell_names(name: str) -> set[str]:
         "flash": True,
         "dropout": True,
         "qk_norm": True,
+        "rope": True,
         "permute": True,
     }  # all a fragment can define
     return top - set().union(*(names(fragment(h, every))[1] for h in helpers))

@@ -71,13 +71,23 @@ class Attention(OpDef):
         "flash": (
             "import mindspore as ms",
             "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-        )
+        ),
+        "rope": ("from mindspore.ops.auto_generate import RotaryPositionEmbedding",),
     }
+
+    # with rope, RotaryPositionEmbedding on Ascend (the `rope_kernel` role)
+    fused_roles = {"rope_kernel": "RotaryPositionEmbedding"}
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)
         q = (sb, sh, 1, 1)
-        return (("scores", (q, q)),)
+        roles = [("scores", (q, q))]
+        if self.arg(node, "rope"):
+            # x split as the scores are (batch, heads), head_dim whole for the rotation's
+            # halves; the cos and sin tables whole, as mindformers shards the kernel
+            # (training_graph/base_models/common/embeddings/rope_utils.py)
+            roles.append(("rope_kernel", (q, (1, 1, 1, 1), (1, 1, 1, 1))))
+        return tuple(roles)
 
     def settings(self, node, ctx):
         return {
@@ -100,6 +110,7 @@ class Attention(OpDef):
             "flash": any(op.setting("flash") for op in ops),
             "dropout": any(op.setting("p") > 0 for op in ops),
             "qk_norm": any(op.setting("qk_norm") for op in ops),
+            "rope": any(op.setting("rope") for op in ops),
         }
 
     def code(self, op, model):
@@ -107,6 +118,7 @@ class Attention(OpDef):
         s = op.setting
         extra = ", flash=True" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
+        extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
             f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
