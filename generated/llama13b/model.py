@@ -123,7 +123,7 @@ class Attention(nn.Cell):
         window,
         p,
         scores,
-        flash=False,
+        flash=None,
         rope_kernel=None,
     ):
         super().__init__()
@@ -141,8 +141,9 @@ class Attention(nn.Cell):
         self.take = ops.StridedSlice().shard((five,))
         self.merge_heads = ops.Transpose().shard((five,))
         self.cast = ops.Cast()
-        # The fused kernel exists on Ascend only; elsewhere the composed path runs.
-        self.flash = flash and ms.get_context("device_target") == "Ascend"
+        # The fused kernel runs on Ascend only; elsewhere the composed path does.
+        # `flash`: its strategy for q, k, v and, when causal, the mask.
+        self.flash = flash is not None and fused_kernels()
         # RotaryPositionEmbedding (ops/auto_generate/gen_ops_prim.py: (x, cos, sin,
         # mode=0), mode 0 rotate-half) on Ascend: x in the BNSD layout q and k already
         # have ([batch, groups, rows, head_dim], the group's query heads stacked along
@@ -173,8 +174,6 @@ class Attention(nn.Cell):
         self.pv = ops.BatchMatMul().shard((four, four))
         if self.flash:
             self.flash_mask = flash_causal_mask() if causal else None
-            strategy = (four, four, four)
-            mask_strategy = ((1, 1),) if causal else ()
             # Causal: sparse_mode 2 with the compressed mask computes only the lower
             # triangle; the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute
             # the masked half too (FlashAttentionScore's docstring, ops/operations/nn_ops.py;
@@ -188,7 +187,7 @@ class Attention(nn.Cell):
             # False) runs this one, with no dropout, as the composed path does.
             self.attend = FlashAttentionScore(
                 heads, 1.0, head_dim**-0.5, input_layout="BNSD", **band
-            ).shard(strategy + mask_strategy)
+            ).shard(flash)
 
     def rotate(self, x, cos, sin):
         """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
@@ -369,7 +368,7 @@ class Decoder(nn.Cell):
             window=None,
             p=0.0,
             scores=((1, 8, 1, 1), (1, 8, 1, 1)),
-            flash=True,
+            flash=((1, 8, 1, 1), (1, 8, 1, 1), (1, 8, 1, 1), (1, 1)),
             rope_kernel=((1, 8, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1)),
         )
         self.o = Linear(5120, 5120, matmul=((1, 8), (8, 1)), std=0.0022360679774997894)

@@ -66,17 +66,14 @@ class Attention(OpDef):
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
+    # with flash, FlashAttentionScore, picked on Ascend only (model.py's fused_kernels)
     setting_imports = {
-        "flash": (
-            "import mindspore as ms",
-            "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-        ),
+        "flash": ("from mindspore.ops.operations.nn_ops import FlashAttentionScore",),
         "rope": ("from mindspore.ops.auto_generate import RotaryPositionEmbedding",),
     }
 
-    # with rope, RotaryPositionEmbedding on Ascend (the `rope_kernel` role)
-    fused_roles = {"rope_kernel": "RotaryPositionEmbedding"}
+    # with rope, RotaryPositionEmbedding on Ascend; with flash, FlashAttentionScore
+    fused_roles = {"rope_kernel": "RotaryPositionEmbedding", "flash": "FlashAttentionScore"}
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)
@@ -87,6 +84,10 @@ class Attention(OpDef):
             # halves; the cos and sin tables whole, as mindformers shards the kernel
             # (training_graph/base_models/common/embeddings/rope_utils.py)
             roles.append(("rope_kernel", (q, (1, 1, 1, 1), (1, 1, 1, 1))))
+        if self.arg(node, "flash"):
+            # q, k, v split as the scores are, BNSD; a causal model's compressed mask whole
+            mask = ((1, 1),) if self.arg(node, "causal") else ()
+            roles.append(("flash", (q, q, q) + mask))
         return tuple(roles)
 
     def settings(self, node, ctx):
@@ -116,7 +117,7 @@ class Attention(OpDef):
     def code(self, op, model):
         (qkv,) = op.inputs
         s = op.setting
-        extra = ", flash=True" if s("flash") else ""
+        extra = f", flash={op.strategy('flash')}" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
         extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
         make = (
