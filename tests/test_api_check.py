@@ -551,6 +551,11 @@ def _rule_problems(c: Call, strategy) -> list[str]:
         for i in (1, 2):
             for d in range(len(c.shapes[i])):
                 whole(i, d, "cos/sin")
+        # x is BNSD (batch, heads, rows, head_dim): the kernel reads the tables as
+        # 11SD, B1SD or BNSD then (its 2.10 docstring, ops/auto_generate/gen_ops_def.py)
+        x, table = c.shapes[0], c.shapes[1]
+        if table[2:] != x[2:] or table[:2] not in ((1, 1), (x[0], 1), x[:2]):
+            out.append(f"tables {table} are not in a BNSD x's layout (11SD, B1SD, BNSD)")
     elif kind == "Softmax":
         for axis in attrs["axis"]:
             whole(0, axis % len(c.shapes[0]), "softmax axis")
