@@ -253,3 +253,105 @@ def test_the_strategy_check_catches_broken_fused_strategies(monkeypatch):
     network.block[1].sw.kernel.shard(((4, 1, 1, 2, 1),))  # the [gate, up] dim split
     problems = strategy_problems(trace(network, "tiny_mixed", shape_only=True), 8)
     assert problems and all(p.startswith("block.1.sw.kernel ") for p in problems), problems
+
+
+# The Ascend path's glue: the kernels computed by their documented definitions -------
+
+
+def _rms_norm(prim, x, gamma):
+    """RmsNorm's definition (its 2.10 docstring, ops/auto_generate/gen_ops_def.py)."""
+    import mindspore as ms
+
+    x, gamma = x.asnumpy(), gamma.asnumpy()
+    rstd = 1 / np.sqrt((x**2).mean(-1, keepdims=True) + prim.attrs["epsilon"])
+    return ms.Tensor(x * rstd * gamma), ms.Tensor(rstd)
+
+
+def _swiglu(prim, x, dim=-1):
+    """Swiglu's: swish of the first half along `dim` times the second half."""
+    import mindspore as ms
+
+    a, b = np.split(x.asnumpy(), 2, axis=dim)
+    return ms.Tensor(a / (1 + np.exp(-a)) * b)
+
+
+def _rotary(prim, x, cos, sin, mode=0):
+    """RotaryPositionEmbedding's: mode 0 rotates halves (GPT-NeoX), mode 1 interleaved
+    pairs (GPT-J); the tables broadcast against x in the layout their shape names."""
+    import mindspore as ms
+
+    x, cos, sin = x.asnumpy(), cos.asnumpy(), sin.asnumpy()
+    if mode == 0:
+        x1, x2 = np.split(x, 2, axis=-1)
+        turned = np.concatenate([-x2, x1], axis=-1)
+    else:
+        turned = np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
+    return ms.Tensor(x * cos + turned * sin)
+
+
+DEFINED = {"RmsNorm": _rms_norm, "Swiglu": _swiglu, "RotaryPositionEmbedding": _rotary}
+
+
+@pytest.fixture
+def defined_kernels(monkeypatch):
+    """The fused primitives computed by their documented definitions (numpy), since the
+    CPU has no kernel for them: what the Ascend path's own code around them does (views,
+    table layouts, casts, the dim and mode it passes) then runs for real."""
+    from mindspore.ops import auto_generate
+
+    for name, rule in DEFINED.items():
+        monkeypatch.setattr(getattr(auto_generate, name), "__call__", rule)
+
+
+def test_the_ascend_path_computes_what_the_basic_path_does(defined_kernels):
+    """tiny_llama's loss with its norms and rope on the fused path equals the basic
+    path's, the same weights and tokens (forward; the definitions have no backward)."""
+    import mindspore as ms
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    doc = json.loads((folder("tiny_llama") / "plan.json").read_text())
+    model = load(folder("tiny_llama"), "model")
+    basic = network_class(model, doc)()
+    get_context = ms.get_context
+    ms.get_context = lambda key: "Ascend" if key == "device_target" else get_context(key)
+    try:
+        fused = network_class(model, doc)()
+    finally:
+        ms.get_context = get_context
+    assert len(kernels_of(fused)) == 2 * 3 + 1  # n1, att, n2 per copy; the final norm
+    rng = np.random.default_rng(0)
+    weights = {
+        p.name: rng.normal(0, 0.5, p.shape).astype(np.float32) for p in basic.get_parameters()
+    }
+    for net in (basic, fused):
+        net.set_train(False)
+        for p in net.get_parameters():
+            p.set_data(ms.Tensor(weights[p.name]))
+    ids = rng.integers(0, 256, (2, 33), np.int32)
+    tokens, labels = ms.Tensor(ids[:, :-1]), ms.Tensor(ids[:, 1:])
+    want = basic(tokens, labels).asnumpy()
+    assert fused(tokens, labels).asnumpy() == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("slices", (1, 2))
+def test_the_fused_swiglu_halves_each_slice(defined_kernels, slices):
+    """tiny_mixed's SwiGLU cell, fused and basic, against the per-slice definition: a
+    last dim split k ways holds [gate | up] of each slice (the weight laid out per shard)."""
+    import mindspore as ms
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    cell_class = load(compiled("tiny_mixed"), "model").SwiGLU
+    view = ((1, 1, slices, 1, 1),)
+    basic = cell_class(view)
+    get_context = ms.get_context
+    ms.get_context = lambda key: "Ascend" if key == "device_target" else get_context(key)
+    try:
+        fused = cell_class(view)
+    finally:
+        ms.get_context = get_context
+    assert fused.fused and not basic.fused
+    x = np.random.default_rng(1).normal(size=(2, 3, 16)).astype(np.float32)
+    gate, up = (x.reshape(2, 3, slices, 2, 8 // slices)[..., i, :] for i in (0, 1))
+    want = (gate / (1 + np.exp(-gate)) * up).reshape(2, 3, 8)
+    for cell in (basic, fused):
+        np.testing.assert_allclose(cell(ms.Tensor(x)).asnumpy(), want, rtol=1e-5, atol=1e-6)
