@@ -186,7 +186,9 @@ class Attention(OpDef):
         sb, _, sh = output.split
         item = ctx.dtype_bytes
         # backward needs the rotated q and k (and v), a tensor of qkv's size, or the
-        # normed ones without rope; the q/k norms' backward reads their input, qkv
+        # normed ones without rope; the q/k norms' backward reads their input, qkv.
+        # The fused rope saves nothing more: RotaryPositionEmbeddingGrad reads dy, cos
+        # and sin (ops/auto_generate/gen_ops_prim.py).
         rope, qk_norm = node.args.get("rope"), node.args.get("qk_norm")
         own = "qkv_rope" if rope else ("qk_normed" if qk_norm else None)
         saved = [Saved(f"{node.name}.{own}", qkv.shape, qkv.split, item, "internal")] if own else []
