@@ -355,3 +355,20 @@ def test_the_fused_swiglu_halves_each_slice(defined_kernels, slices):
     want = (gate / (1 + np.exp(-gate)) * up).reshape(2, 3, 8)
     for cell in (basic, fused):
         np.testing.assert_allclose(cell(ms.Tensor(x)).asnumpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_msgen_diff_shows_a_kernel_the_change_brings(tmp_path):
+    """Turning rope on in tiny_llama adds RotaryPositionEmbedding to the attention's
+    fused kernels, and `msgen diff` says so with its strategy."""
+    import shutil
+
+    from msgen.review.command import DiffOptions, diff_report
+
+    spec = ROOT / "specs" / "tiny_llama.msl"
+    shutil.copy(spec.parent / "hccn.conf", tmp_path / "hccn.conf")
+    (tmp_path / "new.msl").write_text(spec.read_text())
+    (tmp_path / "old.msl").write_text(spec.read_text().replace("rope = true", "rope = false"))
+    report = diff_report(DiffOptions(tmp_path / "new.msl", tmp_path / "old.msl"))
+    fused = [c for c in report.ops if c.aspect == "fused"]
+    assert [(c.graph, c.op, c.old) for c in fused] == [("decoder", "att", None)]
+    assert fused[0].new == "RotaryPositionEmbedding ((2, 2, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1))"
