@@ -108,11 +108,13 @@ def dropout_seeds():
 
 
 @cache
-def rope_tables(seq, head_dim, repeat, theta):
-    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq."""
+def rope_tables(seq, head_dim, repeat, theta, lead=()):
+    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq,
+    each [repeat * seq, head_dim] after the leading dims `lead` of size 1."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
+    angles = angles.reshape(lead + angles.shape)
     # fp32: in bf16 the angles of late positions lose their low bits
     return (
         Tensor(np.cos(angles), mstype.float32),

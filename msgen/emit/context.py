@@ -180,6 +180,14 @@ class ModelContext:
         return any((op.setting("p") or 0) > 0 for op in self.ops())
 
     @property
+    def fused(self) -> bool:
+        """Some op runs a fused kernel on Ascend (a role of its strategies is one of its
+        op's `fused_roles`): model.py defines fused_kernels(), which chooses the path."""
+        return any(
+            role in OPS[op.kind].fused_roles for op in self.ops() for role, _ in op.strategies
+        )
+
+    @property
     def aux_losses(self) -> bool:
         """Some op adds an auxiliary loss (its `Snippet.aux`: moe's `aux_loss` or
         `z_loss` above 0): the network's loss includes it, and train.py logs it

@@ -16,6 +16,7 @@ from msgen.analysis.facts import context
 from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan, Repeat
+from msgen.ops import OPS
 from msgen.ops.base import split_factor
 
 
@@ -43,6 +44,13 @@ def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
         if of.layout is not None:
             entry["input_splits"] = [_split(s) for s in of.layout.inputs]
             entry["params"] = {p.name: _split(p.split) for p in of.layout.params}
+            # the fused kernels its code runs on Ascend (msgen/ops/base.py, fused_roles)
+            opdef = OPS[of.node.kind]
+            fused = opdef.fused_kernels(of.node, of.layout, ctx) if opdef.fused_roles else ()
+            if fused:
+                # a network op's stage, for the strategy files (a layer's copies have theirs)
+                at = {"stage": plan.network_op_stage(of.node)} if graph == "network" else {}
+                entry["fused"] = [{"primitive": p, "strategy": s} | at for p, s in fused]
             entry["collectives"] = [
                 {
                     "kind": c.kind,

@@ -81,6 +81,28 @@ def layout(param: dict, doc: dict, mesh: RankMesh) -> dict:
     }
 
 
+def fused_items(doc: dict, stage: int) -> dict[str, dict]:
+    """The strategy items of the fused kernels a stage's ranks run on Ascend (plan.json's
+    `fused`), one per primitive of each op of each layer copy on the stage, named
+    `<op path> <primitive>`; each with its stage, as MindSpore's items have."""
+    items = {}
+    for graph, ops in doc["ops"].items():
+        if graph == "network":
+            paths = [("", None)]
+        else:
+            runs = doc["layers"][graph]["placement"]
+            paths = [
+                (f"{graph}.{copy}.", run["stage"]) for run in runs for copy in range(*run["copies"])
+            ]
+        for op in ops:
+            for kernel in op.get("fused", ()):
+                for prefix, copy_stage in paths:
+                    if kernel.get("stage", copy_stage) == stage:
+                        name = f"{prefix}{op['name']} {kernel['primitive']}"
+                        items[name] = {"stage": stage, "parallel_strategy": kernel["strategy"]}
+    return items
+
+
 def strategy_files(doc: dict) -> dict[str, str]:
     """`strategy/stage_<s>.json` for each pipeline stage of a semi-auto plan.json."""
     accumulates = doc["mesh"]["pp"] > 1 or doc["micro_batches"] > 1
@@ -99,9 +121,12 @@ def strategy_files(doc: dict) -> dict[str, str]:
         items = ",\n".join(
             f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(layouts.items())
         )
+        # "network" first: MindSpore's merge reads the stage of the first item
+        kernels = {"network": {"stage": stage}} | fused_items(doc, stage)
+        ops = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in kernels.items())
         files[f"strategy/stage_{stage}.json"] = (
             f'{{"current_stage": {stage},\n'
-            f' "parallel_strategy_item": {{"network": {{"stage": {stage}}}}},\n'
+            f' "parallel_strategy_item": {{\n{ops}\n }},\n'
             f' "parallel_layout_item": {{\n{items}\n }}\n}}\n'
         )
     return files
