@@ -192,3 +192,38 @@ def test_msgen_ckpt_merge_gives_back_each_stages_buffers(tmp_path):
     for name, value in buffers.items():
         np.testing.assert_array_equal(merged[name], value, err_msg=name)
         assert "adam_m." + name not in merged
+
+
+@pytest.mark.slow
+def test_two_data_parallel_ranks_move_one_bias(tmp_path):
+    """tests/specs/tiny_moe_dp.msl biased, 3 steps as two data-parallel processes under
+    msrun: each rank routes its own rows, and train.py sums the ranks' counts before
+    the update, so both ranks hold the same bias after every step (their own counts
+    differ: without the sum they would part), moved by -RATE, 0 or +RATE per expert."""
+    from tests.emit_fixtures import SPECS
+    from tests.test_multirank import msrun
+
+    text = (
+        SPECS["tiny_moe_dp"]
+        .read_text()
+        .replace("shared_ffn = ffn)", f"shared_ffn = ffn, {BIASED[:-2]})")
+    )
+    text = text.replace(
+        "    seed         = 1234", "    seed         = 1234\n    checkpoint = every 1 keep 3"
+    )
+    (tmp_path / "biased.msl").write_text(text)
+    tree = compile_spec(tmp_path / "biased.msl", tmp_path / "out")
+    assert "update_expert_bias(network, ReplicaMean() if distributed else None)" in (
+        (tree / "train.py").read_text()
+    )
+    finish(msrun(tree, tree, tree / "msrun", "--synthetic", "--steps", "3"), tree)
+    before = np.zeros(4)
+    for step in (1, 2, 3):
+        ranks = [checkpoint(tree / "msrun" / f"rank_{r}" / f"step_{step:08d}.ckpt") for r in (0, 1)]
+        for layer in range(2):
+            name = f"decoder.{layer}.ffn2.expert_bias"
+            np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)
+        bias = ranks[0]["decoder.0.ffn2.expert_bias"]
+        moved = np.round((bias - before) / RATE)
+        assert set(moved.tolist()) <= {-1.0, 0.0, 1.0} and moved.any()
+        before = bias
