@@ -181,3 +181,25 @@ def errors(routing: str):
 def test_groups_that_cannot_route_are_refused_with_a_hint(routing, message):
     ((code, text, hint),) = errors(routing)
     assert code == "MSL119" and message in text and hint
+
+
+def test_the_sequence_wise_loss_by_hand():
+    """DeepSeek-V3 eq. 17-20 by hand, E = 4 experts, k = 2, sequences of T = 4:
+    uniform scores and each expert chosen by half the tokens give f_e = 4 / (2 * 4) * 2
+    = 1 and P_e = 1/4, so α * sum_e f_e P_e = α; a sequence whose every token picks
+    experts 0 and 1 with normalised scores 1/2 each gives f = (2, 2, 0, 0), P = (1/2,
+    1/2, 0, 0): 2α, and the mean over that sequence and a uniform one is 1.5α. The
+    batch-wise loss of the two together differs: (by Megatron's definition) 4 / (8^2 *
+    2) * (probability sums (3, 3, 1, 1) . counts (6, 6, 2, 2)) = 40 / 32 α = 1.25α."""
+    from tests.reference_routing import load_balancing_loss, sequence_loss
+
+    alpha = 1e-3
+    uniform = np.full((4, 4), 0.25)
+    balanced = np.array([[0, 1], [2, 3], [0, 1], [2, 3]])
+    assert sequence_loss(uniform, balanced, 4, 4, alpha) == pytest.approx(alpha)
+    peaked = np.array([[0.5, 0.5, 0.0, 0.0]] * 4)
+    probs = np.concatenate([peaked, uniform])
+    chosen = np.concatenate([np.array([[0, 1]] * 4), balanced])
+    assert sequence_loss(peaked, chosen[:4], 4, 4, alpha) == pytest.approx(2 * alpha)
+    assert sequence_loss(probs, chosen, 4, 4, alpha) == pytest.approx(1.5 * alpha)
+    assert load_balancing_loss(probs, chosen, 4, alpha) == pytest.approx(1.25 * alpha)
