@@ -80,6 +80,11 @@ def test_moe_code_imports_what_it_uses():
     imports_what_it_uses("tiny_moe")
 
 
+@pytest.mark.parametrize("variant", ["tiny_moe_deepseek_v3"], indirect=True)
+def test_the_deepseek_routing_imports_what_it_uses(variant):
+    imports_what_it_uses(variant)
+
+
 class Trained:
     """The network as the plan sees it: its parameters but `add_aux.total` (the
     auxiliary losses summed over a step's micro-batches for the log, not a weight)."""

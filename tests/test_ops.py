@@ -96,6 +96,7 @@ def shell_names(name: str) -> set[str]:
         "dropout": True,
         "qk_norm": True,
         "permute": True,
+        "biased": True,
     }  # all a fragment can define
     return top - set().union(*(names(fragment(h, every))[1] for h in helpers))
 
