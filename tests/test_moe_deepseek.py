@@ -203,3 +203,22 @@ def test_the_sequence_wise_loss_by_hand():
     assert sequence_loss(peaked, chosen[:4], 4, 4, alpha) == pytest.approx(2 * alpha)
     assert sequence_loss(probs, chosen, 4, 4, alpha) == pytest.approx(1.5 * alpha)
     assert load_balancing_loss(probs, chosen, 4, alpha) == pytest.approx(1.25 * alpha)
+
+
+def test_the_choice_adds_memory_bound_passes_and_no_flops():
+    """tiny_moe (n = 128 tokens a micro-batch) with 8 experts: the bias written and
+    read (2 passes over [n, E] fp32) and the groups' scores, mask and masked scores
+    (4 passes) add 6 * n * E * 4 bytes of memory-bound work to the plain top-k's, and
+    no FLOPs (the choice is no matmul)."""
+    from msgen.analysis.facts import context
+    from msgen.estimate.flops import op_work
+
+    def work(routing: str):
+        result = analyze_text(spec(routing), "spec.msl", SPEC.parent)
+        assert result.ok, [d.message for d in result.diagnostics]
+        return op_work(result.facts.graphs["decoder"].ops["ffn2"], context(result.spec))
+
+    plain, deepseek = work("router = sigmoid"), work(V3)
+    assert deepseek.memory_bytes - plain.memory_bytes == 6 * 128 * E * 4
+    assert deepseek.matmul_flops == plain.matmul_flops
+    assert deepseek.kernel_flops == plain.kernel_flops
