@@ -406,6 +406,8 @@ SHAPE_ONLY = {
     "TopK": lambda prim, x, k: (Shaped((*x.shape[:-1], k)), Shaped((*x.shape[:-1], k))),
     **dict.fromkeys(("ReduceMean", "ReduceMax", "ReduceSum"), _reduce),
     "Select": lambda prim, cond, x, y: Shaped(x.shape),
+    "MaskedFill": lambda prim, x, mask, value: Shaped(np.broadcast_shapes(x.shape, mask.shape)),
+    "GatherD": lambda prim, x, dim, index: Shaped(index.shape),
     "AssignAdd": lambda prim, variable, value: Shaped(variable.shape),
     **dict.fromkeys(ELEMENTWISE, _broadcast),
     "MatMul": _matmul,

@@ -334,6 +334,27 @@ class Plan:
             out.extend(runs)
         return out
 
+    # buffers ------------------------------------------------------------------
+
+    def op_buffers(self, graph: str) -> list[tuple[OpNode, str, tuple[int, ...]]]:
+        """(op, buffer, shape) of one copy of a graph's ops (`OpDef.buffers`)."""
+        return [
+            (of.node, name, shape)
+            for of in self.graph(graph).ops.values()
+            if of.node.kind != "repeat"
+            for name, shape in OPS[of.node.kind].buffers(of.node).items()
+        ]
+
+    def buffers(self) -> dict[str, tuple[int, ...]]:
+        """Every buffer by path, with its shape: state that is not a parameter (no
+        gradient, no optimizer state, not in params_total) and that checkpoints carry
+        whole, as moe's correction bias."""
+        out = {f"{node.name}.{name}": shape for node, name, shape in self.op_buffers("network")}
+        for rep in self.repeats:
+            for node, name, shape in self.op_buffers(rep.layer):
+                out |= {f"{rep.layer}.{c}.{node.name}.{name}": shape for c in range(rep.count)}
+        return out
+
     # fusion -------------------------------------------------------------------
 
     @cached_property

@@ -34,6 +34,14 @@ def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...
     return {**params, **{m + n: s for m in MOMENTS for n, s in params.items()}}
 
 
+def spec_tensors(result) -> dict[str, tuple[int, ...]]:
+    """What a training checkpoint of the spec holds: the parameters and their moments,
+    and the buffers (moe's correction bias), which have none."""
+    from msgen.analysis.plan import build_plan
+
+    return with_moments(spec_params(result)) | build_plan(result.spec, result.facts).buffers()
+
+
 def expected_strategies(result, spec_path: Path) -> dict[str, str]:
     """`stage_<s>.json` -> the strategy file `msgen compile` writes for that pipeline
     stage; empty for a data-parallel mesh (no rank writes one)."""

@@ -195,6 +195,12 @@ class ModelContext:
         return any(OPS[op.kind].code(op, self).aux for op in self.ops())
 
     @property
+    def expert_bias(self) -> bool:
+        """Some moe op has a correction bias (its `bias_rate` setting): train.py moves
+        it after each step (model.py's update_expert_bias)."""
+        return any(op.kind == "moe" and op.setting("bias_rate") is not None for op in self.ops())
+
+    @property
     def lazy_inline(self) -> bool:
         """On Ascend an accumulating network is compiled once instead of once per
         micro-batch."""

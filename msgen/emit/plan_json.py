@@ -111,6 +111,24 @@ def layer_params_json(plan: Plan, sources: dict[str, str]) -> list[dict]:
     ]
 
 
+def buffers_json(plan: Plan) -> list[dict]:
+    """Buffers (`Plan.buffers`), whole on their op's stage: the network's by path, the
+    repeated layers' as runs of copies on one stage, as their parameters."""
+    out = [
+        {"path": f"{node.name}.{name}", "shape": list(shape), "split": ["1"] * len(shape),
+         "stages": [plan.network_op_stage(node)]}
+        for node, name, shape in plan.op_buffers("network")
+    ]  # fmt: skip
+    for rep in plan.repeats:
+        for node, name, shape in plan.op_buffers(rep.layer):
+            out += [
+                {"layer": rep.layer, "name": f"{node.name}.{name}", "copies": [first, end],
+                 "shape": list(shape), "split": ["1"] * len(shape), "stages": [stage]}
+                for first, end, stage, _ in plan.placement_runs(rep)
+            ]  # fmt: skip
+    return out
+
+
 GROUPS = "@groups"  # where the groups go, laid out by `_groups_text`
 
 
@@ -176,5 +194,8 @@ def plan_json(
         "layer_params": layer_params_json(plan, sources),
         "estimate": estimate,
     }
+    buffers = buffers_json(plan)
+    if buffers:  # the key only where there are some: other plans stay as they were
+        doc["buffers"] = buffers
     text = json.dumps(doc, indent=2)
     return text.replace(json.dumps(GROUPS), _groups_text(groups, "  "), 1) + "\n"

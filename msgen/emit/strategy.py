@@ -51,9 +51,19 @@ class Unsupported(ValueError):
 
 def parameters(doc: dict) -> list[dict]:
     """plan.json's parameters one per path, each with its stages."""
+    return _one_per_path(doc["params"], doc["layer_params"])
+
+
+def buffers(doc: dict) -> list[dict]:
+    """plan.json's buffers one per path (moe's correction bias): whole, no moments."""
+    listed = doc.get("buffers", [])
+    return _one_per_path([b for b in listed if "path" in b], [b for b in listed if "layer" in b])
+
+
+def _one_per_path(entries: list[dict], runs: list[dict]) -> list[dict]:
     out = [{"path": p["path"], "shape": p["shape"], "split": p["split"], "stages": p["stages"]}
-           for p in doc["params"]]  # fmt: skip
-    for run in doc["layer_params"]:
+           for p in entries]  # fmt: skip
+    for run in runs:
         for copy in range(*run["copies"]):
             path = f"{run['layer']}.{copy}.{run['name']}"
             out.append({"path": path, "shape": run["shape"], "split": run["split"],
@@ -116,6 +126,7 @@ def strategy_files(doc: dict) -> dict[str, str]:
             if stage in p["stages"]
             for prefix in prefixes
         }
+        layouts |= {b["path"]: layout(b, doc, mesh) for b in buffers(doc) if stage in b["stages"]}
         # One parameter a line, for review. merge_pipeline_strategys reads a stage's
         # number from its strategy items.
         items = ",\n".join(
