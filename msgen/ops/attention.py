@@ -12,6 +12,8 @@ as transformers does (msgen.ops.rope_scaling); it changes no shape, memory or FL
 
 from __future__ import annotations
 
+import json
+
 from msgen.ops.base import (
     Arg,
     Layout,
@@ -57,6 +59,11 @@ def check_scaling(node) -> None:
         raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
 
 
+def py(value) -> str:
+    """A scaling parameter as Python source, strings in black's double quotes."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
 def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
     """The scaling as the generated cell takes it, transformers' `rope_scaling` dict
     (its `rope_type`, then each parameter set or defaulted), as items."""
@@ -91,13 +98,14 @@ class Attention(OpDef):
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
     setting_imports = {
-        "rope_scaling": ("import math",),  # the frequencies' source (rope_scaling.frequencies)
+        # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
         "flash": (
             "import mindspore as ms",
             "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
         ),
+        # the scaled frequencies' source (msgen/ops/rope_scaling/frequencies.py) reads math
+        "rope_scaling": ("import math",),
     }
 
     def strategies(self, node, layout, ctx):
@@ -139,9 +147,8 @@ class Attention(OpDef):
         extra = ", flash=True" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
         if s("rope_scaling"):
-            extra += (
-                ", rope_scaling={" + ", ".join(f"{k!r}: {v!r}" for k, v in s("rope_scaling")) + "}"
-            )
+            items = ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in s("rope_scaling"))
+            extra += f", rope_scaling={{{items}}}"
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
             f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
