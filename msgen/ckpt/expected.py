@@ -13,8 +13,9 @@ from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
 from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
-# what train.py saves beside parameters and moments (the step counters, the loss scale)
-STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter")
+# what train.py saves beside parameters and moments (the step counters, the loss scale,
+# the moe layers' auxiliary-loss total: model.py's AuxLosses, zeroed before each step)
+STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter", "add_aux.total")
 
 
 def spec_params(result) -> dict[str, tuple[int, ...]]:
