@@ -208,6 +208,8 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
     network = NetworkSpec(
         input=spec.network.input.name, output=spec.network.output, ops=tuple(net_ops)
     )
+    from msgen.emit.mtp import mtp_spec
+
     fusion, layer_fusion = fusion_tables(plan)
     budget, _ = budget_of(spec)
     mesh = RankMesh.of(spec)
@@ -242,6 +244,7 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
         layer_fusion=layer_fusion,
         gradient_from=gradient_sources(plan),
         compiled_with=compiled_with,
+        mtp=mtp_spec(plan, net_ops, ctx, op_spec),
         max_device_memory=gigabytes(budget) if budget else "1024GB",
         model_flops_per_step=step_flops(plan).model,
         device=spec.cluster.device,

@@ -49,4 +49,8 @@ def model_imports(ctx: ModelContext) -> str:
     """The import block of model.py: the shell's, and the union over the ops it emits."""
     lines = [*SHELL, *(LAZY_INLINE if ctx.lazy_inline else ()), *(DROPOUT if ctx.dropout else ())]
     lines += [line for op in ctx.ops() for line in OPS[op.kind].imports_of(op)]
+    if ctx.mtp is not None:
+        from msgen.emit.mtp import IMPORTS
+
+        lines += IMPORTS
     return block(lines)
