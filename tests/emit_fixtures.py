@@ -42,6 +42,7 @@ SPECS = {
     "tiny_dp": ROOT / "tests" / "specs" / "tiny_dp.msl",
     "tiny_moe": ROOT / "tests" / "specs" / "tiny_moe.msl",
     "tiny_moe_dp": ROOT / "tests" / "specs" / "tiny_moe_dp.msl",
+    "tiny_mtp": ROOT / "tests" / "specs" / "tiny_mtp.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }

@@ -28,7 +28,6 @@ gradient is in `accu_grads`.
 from __future__ import annotations
 
 from msgen.analysis.mesh import RankMesh
-from msgen.analysis.mtp import PREFIX as MTP_PREFIX
 from msgen.analysis.plan import Plan
 from msgen.ir.models import Split
 
@@ -69,8 +68,6 @@ def gradient_sources(plan: Plan) -> tuple[tuple[str, str], ...]:
             params = [(name, p) for p in of.params]
         for prefix, p in params:
             out[f"{prefix}.{p.name}"] = gradient_source(p.split, mesh, spec.train.zero)
-    for op, p in plan.mtp_params():  # every module's as the first's: mtp.layers.*.<part>
-        first, _, part = op.removeprefix(MTP_PREFIX + ".").partition(".")
-        if first == "0":
-            out[f"{MTP_PREFIX}.*.{part}.{p.name}"] = gradient_source(p.split, mesh, spec.train.zero)
+    for op, p in plan.mtp_params():  # multi-token prediction's, by path as the network's
+        out[f"{op}.{p.name}"] = gradient_source(p.split, mesh, spec.train.zero)
     return tuple(out.items())
