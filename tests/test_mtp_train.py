@@ -1,0 +1,62 @@
+"""tests/specs/tiny_mtp.msl (one multi-token prediction module, weight 0.3) trained by
+its generated train.py on the CPU: stand-alone for STEPS steps, and under msrun as two
+data-parallel processes on the same global batches (as tests/test_multirank.py trains
+the dense tiny_dp). The loss and the modules' logged loss fall; the ranks log the
+stand-alone run's losses."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tests.emit_fixtures import compiled, copy_compiled
+from tests.test_multirank import finish, log_rows, msrun, standalone
+
+STEPS = 20
+WEIGHT = 0.3  # tiny_mtp's mtp weight
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    folder = copy_compiled("tiny_mtp", tmp_path_factory.mktemp("mtp") / "tiny_mtp")
+    steps = ("--synthetic", "--steps", str(STEPS))
+    jobs = [
+        (standalone(folder, "alone", *steps), folder),
+        (msrun(folder, folder, folder / "ranks", *steps), folder),
+    ]
+    for proc, cwd in jobs:
+        finish(proc, cwd)
+    return folder
+
+
+def test_it_trains_stand_alone_with_falling_losses(runs):
+    """Step 1: both losses near uniform over 256 tokens, the loss about (1 + 0.3) of it
+    (the main loss plus the weighted modules' loss); then both fall."""
+    log = log_rows(runs / "alone" / "rank_0" / "log.csv")
+    assert [int(r["step"]) for r in log] == list(range(1, STEPS + 1))
+    loss = [float(r["loss"]) for r in log]
+    mtp = [float(r["mtp_loss"]) for r in log]
+    uniform = math.log(256)
+    assert abs(mtp[0] - uniform) < 0.1 and abs(loss[0] - (1 + WEIGHT) * uniform) < 0.15
+    assert np.mean(loss[-3:]) < 0.85 * loss[0], loss
+    assert np.mean(mtp[-3:]) < 0.9 * mtp[0], mtp
+    assert "mtp.layers.0.eh_proj.weight" in (runs / "plan.json").read_text()
+
+
+def test_two_ranks_log_the_stand_alone_losses(runs):
+    alone = log_rows(runs / "alone" / "rank_0" / "log.csv")
+    for rank in (0, 1):
+        log = log_rows(runs / "ranks" / f"rank_{rank}" / "log.csv")
+        assert [int(r["step"]) for r in log] == list(range(1, STEPS + 1))
+        for mine, theirs in zip(log, alone, strict=True):
+            for key in ("loss", "mtp_loss", "grad_norm"):
+                assert float(mine[key]) == pytest.approx(float(theirs[key]), abs=1e-4), key
+
+
+def test_the_compiled_tree_is_the_fixture(runs):
+    """The run's tree is the shared compile of tests/specs/tiny_mtp.msl, untouched."""
+    assert (runs / "model.py").read_text() == (compiled("tiny_mtp") / "model.py").read_text()
