@@ -32,9 +32,10 @@ EPS = 1e-6  # rmsnorm's default (the spec's final norm writes none)
 STD = 0.5  # weights large enough that every part moves the loss
 
 
-def variant(tmp_path: Path, name: str, line: str, **replace: str) -> Path:
-    """tiny_mtp.msl with its mtp line replaced by `line` (and any other text replaced)."""
-    text = SPEC.read_text()
+def variant(tmp_path: Path, name: str, line: str, spec: Path = SPEC, **replace: str) -> Path:
+    """A spec (tiny_mtp.msl) with its mtp line replaced by `line` (and any other text
+    replaced)."""
+    text = spec.read_text()
     assert text.count("    mtp          = mtp(depth = 1, weight = 0.3)") == 1
     text = text.replace("    mtp          = mtp(depth = 1, weight = 0.3)", "    " + line)
     for old, new in replace.items():
@@ -75,16 +76,19 @@ def tokens_and_labels(seed: int = 1, rows: int = 2, seq: int = 32, vocab: int = 
     return ids[:, :-1], ids[:, 1:]
 
 
-def reference_loss(plan, params: dict, tokens, labels, depth: int, weight: float) -> float:
-    """L_main + weight / depth * sum over modules k = 1 .. depth of L_k, in float64."""
+def reference_loss(plan, params: dict, tokens, labels, depth: int, weight: float):
+    """L_main + weight / depth * sum over modules k = 1 .. depth of L_k, in float64, plus
+    the auxiliary losses of the main layers and of the modules' blocks; and the modules'
+    mean loss (log.csv's mtp_loss)."""
     from msgen.analysis.facts import context
 
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     ctx, aux = context(plan.spec), []
-    main = ref.forward_loss(plan, params, tokens, labels)
+    main = ref.forward_loss(plan, params, tokens, labels)  # its layers' aux included
     h = p["emb.table"][tokens]
-    for i in range(plan.spec.model.dims["layers"]):
-        h = ref.run_graph(plan, "decoder", h, p, f"decoder.{i}.", None, ctx, aux)
+    for rep in plan.repeats:
+        for i in range(rep.count):
+            h = ref.run_graph(plan, rep.layer, h, p, f"{rep.layer}.{i}.", None, ctx, [])
     h = rmsnorm(h, p["norm.gamma"], EPS)  # h^0: what the output layer reads
     seq = tokens.shape[1]
     full = np.concatenate([tokens, labels[:, -1:]], axis=1)  # t_0 .. t_T
@@ -101,34 +105,42 @@ def reference_loss(plan, params: dict, tokens, labels, depth: int, weight: float
             axis=-1,
         )
         h = joined @ p[m + "eh_proj.weight"]
-        h = ref.run_graph(plan, "decoder", h, p, m + "block.", None, ctx, aux)
+        h = ref.run_graph(plan, plan.mtp.setting.layer, h, p, m + "block.", None, ctx, aux)
         logits = rmsnorm(h, p[m + "norm.gamma"], EPS) @ p["logits.weight"]
         losses.append(cross_entropy(logits, full[:, k + 1 : k + 1 + n]))
-    return main + weight / depth * sum(losses)
+    mean = sum(losses) / depth
+    return main + weight * mean + sum(aux), mean
 
 
-@pytest.mark.parametrize("depth, weight", [(1, 0.3), (2, 0.5)])
-def test_the_loss_equals_the_numpy_reference_of_the_modules(tmp_path, depth, weight):
-    spec = variant(tmp_path, f"d{depth}", f"mtp = mtp(depth = {depth}, weight = {weight})")
+@pytest.mark.parametrize(
+    "spec, depth, weight, replace",
+    [
+        ("tiny_mtp", 1, 0.3, {}),
+        ("tiny_mtp", 2, 0.5, {}),
+        # the block is a moe layer whose auxiliary loss joins the loss
+        ("tiny_mtp_moe", 1, 0.3, {"shared_ffn = expert)": "shared_ffn = expert, aux_loss = 0.1)"}),
+    ],
+)
+def test_the_loss_equals_the_numpy_reference_of_the_modules(tmp_path, spec, depth, weight, replace):
+    line = f"mtp = mtp(depth = {depth}, weight = {weight})"
+    spec = variant(tmp_path, f"d{depth}", line, SPECS[spec], **replace)
     network, _ = network_of(spec, tmp_path / "out")
     tokens, labels = tokens_and_labels()
     import mindspore as ms
 
     loss = float(network(ms.Tensor(tokens), ms.Tensor(labels)).asnumpy())
     params = {p.name: p.asnumpy() for p in network.trainable_params()}
-    assert (
-        sum(name.startswith("mtp.layers.") for name in params) == depth * 11
-    )  # 4 of its own, 7 of the block
     plan = analysed(spec)
-    expected = reference_loss(plan, params, tokens, labels, depth, weight)
+    own = len(plan.mtp.own_params(plan.facts))  # 4 of its own and the block's
+    assert sum(name.startswith("mtp.layers.") for name in params) == depth * own
+    expected, mtp_loss = reference_loss(plan, params, tokens, labels, depth, weight)
     main = ref.forward_loss(plan, params, tokens, labels)
     # fp32 against float64: 3e-7 relative as measured; one position left unmasked at
     # depth 1 is 5e-5
     assert abs(loss - expected) <= 1e-5 * abs(expected), (loss, expected, main)
     assert abs(expected - main) > 1e3 * 1e-5 * abs(expected)  # the modules move the loss
     # the log's term: the modules' mean loss, summed into `total` by the forward
-    logged = float(network.mtp.total.asnumpy())
-    assert abs(main + weight * logged - loss) <= 1e-4 * abs(loss)
+    assert float(network.mtp.total.asnumpy()) == pytest.approx(mtp_loss, rel=1e-5)
 
 
 def test_mtp_off_is_exactly_the_main_loss(tmp_path):

@@ -1,8 +1,9 @@
-"""tests/specs/tiny_mtp.msl (one multi-token prediction module, weight 0.3) trained by
-its generated train.py on the CPU: stand-alone for STEPS steps, and under msrun as two
-data-parallel processes on the same global batches (as tests/test_multirank.py trains
-the dense tiny_dp). The loss and the modules' logged loss fall; the ranks log the
-stand-alone run's losses."""
+"""tests/specs/tiny_mtp.msl (one multi-token prediction module, weight 0.3) and
+tests/specs/tiny_mtp_moe.msl (DeepSeek-style: a dense first layer, moe after it, the
+module's block a moe layer) trained by their generated train.py on the CPU: stand-alone
+for STEPS steps, and under msrun as two data-parallel processes on the same global
+batches (as tests/test_multirank.py trains the dense tiny_dp). The loss and the
+modules' logged loss fall; the ranks log the stand-alone run's losses."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ WEIGHT = 0.3  # tiny_mtp's mtp weight
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    folder = copy_compiled("tiny_mtp", tmp_path_factory.mktemp("mtp") / "tiny_mtp")
+@pytest.fixture(scope="module", params=["tiny_mtp", "tiny_mtp_moe"])
+def runs(request, tmp_path_factory):
+    name = request.param
+    folder = copy_compiled(name, tmp_path_factory.mktemp("mtp") / name)
     steps = ("--synthetic", "--steps", str(STEPS))
     jobs = [
         (standalone(folder, "alone", *steps), folder),
@@ -58,5 +60,5 @@ def test_two_ranks_log_the_stand_alone_losses(runs):
 
 
 def test_the_compiled_tree_is_the_fixture(runs):
-    """The run's tree is the shared compile of tests/specs/tiny_mtp.msl, untouched."""
-    assert (runs / "model.py").read_text() == (compiled("tiny_mtp") / "model.py").read_text()
+    """The run's tree is the shared compile of its spec, untouched."""
+    assert (runs / "model.py").read_text() == (compiled(runs.name) / "model.py").read_text()
