@@ -290,3 +290,32 @@ def test_a_network_the_modules_cannot_share_is_refused(tmp_path, capsys):
     assert main(["check", str(spec)]) == 1
     err = capsys.readouterr().err
     assert "error[MSL531]" in err and "Traceback" not in err
+
+
+def test_a_layer_of_another_shape_is_refused(tmp_path, capsys):
+    """`layer = NAME` must name a layer on the final norm's [batch, seq, hidden]: a
+    module runs its copy between eh_proj and its norm. A repeated layer maps its shape
+    to itself (MSL118), but it may work at another width."""
+    from msgen.cli import main
+
+    narrow = """layer narrow {
+    input x : [batch, seq, 32] @ [dp, 1, 1]
+    y    = linear(x, 32, bias = false)
+    output x + y
+}
+
+network {"""
+    spec = variant(
+        tmp_path,
+        "narrow",
+        "mtp = mtp(layer = narrow)",
+        **{
+            "network {": narrow,
+            "    norm   = rmsnorm(body)": "    down   = linear(body, 32, bias = false)\n"
+            "    w      = repeat narrow(down) 1\n"
+            "    back   = linear(w, hidden, bias = false)\n    norm   = rmsnorm(back)",
+        },
+    )
+    assert main(["check", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert "error[MSL530]" in err and "layer `narrow`" in err and "Traceback" not in err

@@ -183,7 +183,7 @@ def module(spec: Spec, facts: Facts) -> Module | None:
         args={"n": hidden.shape[-1], "bias": False},
         arg_spans={},
         out_sharding=None,
-        param_shardings={"weight": eh_proj_sharding(spec, norm.node)},
+        param_shardings={"weight": eh_proj_sharding(spec, hidden.shape[-1], norm.node)},
     )
     eh_proj = _facts(proj, [joined], ctx)
     block = facts.graphs[chosen.layer].output
@@ -195,10 +195,9 @@ def module(spec: Spec, facts: Facts) -> Module | None:
     return Module(chosen, shared, emb, enorm, hnorm, eh_proj, own_norm, head, loss)
 
 
-def eh_proj_sharding(spec: Spec, near: OpNode) -> Sharding:
+def eh_proj_sharding(spec: Spec, hidden: int, near: OpNode) -> Sharding:
     """eh_proj is column parallel over tp when tp divides hidden (Megatron-LM's
     ColumnParallelLinear; its output is gathered back for the block), whole otherwise."""
-    hidden = spec.model.dims.get("hidden", 0)
     tp = spec.mesh.tp
     cols = ("tp",) if tp > 1 and hidden % tp == 0 else ()
     return Sharding.model_construct(span=near.span, dims=((), cols), entry_spans=())

@@ -54,7 +54,16 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
         )
     if not repeated:
         bad("layer", "mtp needs a network that repeats a layer: each module runs one copy")
-    if shared_ops(spec) is None:
+    shared = shared_ops(spec)
+    chosen = layer if layer is not None else (repeated[-1] if repeated else None)
+    if shared is not None and chosen in repeated and not layer_fits(facts, shared.norm, chosen):
+        bad(
+            "layer",
+            f"layer `{chosen}` does not map the final norm's [batch, seq, hidden] to itself, "
+            "so a module cannot run a copy of it between eh_proj and its norm",
+            "name a layer with that input and output shape: `layer = NAME`",
+        )
+    if shared is None:
         diags.append(
             error(
                 "MSL531",
@@ -67,3 +76,13 @@ def run(spec: Spec, facts: Facts) -> list[Diagnostic]:
             )
         )
     return diags
+
+
+def layer_fits(facts: Facts, norm: str, layer: str) -> bool:
+    """Whether the layer's input and output have the final norm's output shape (true
+    when the shapes are not known: an earlier pass reported why)."""
+    graph, net = facts.graphs.get(layer), facts.graphs.get("network")
+    if graph is None or net is None or norm not in net.shapes or graph.graph.input is None:
+        return True
+    out = graph.shapes.get(graph.graph.output or "")
+    return out is None or tuple(graph.graph.input.shape) == tuple(net.shapes[norm]) == tuple(out)
