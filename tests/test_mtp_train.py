@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from tests.emit_fixtures import compiled, copy_compiled
+from tests.emit_fixtures import SPECS, compile_spec, compiled, copy_compiled
 from tests.test_multirank import finish, log_rows, msrun, standalone
+from tests.test_rehearsal import assert_rehearsal_is_standalone, rehearse_and_standalone
 
 STEPS = 20
 WEIGHT = 0.3  # tiny_mtp's mtp weight
@@ -62,3 +63,40 @@ def test_two_ranks_log_the_stand_alone_losses(runs):
 def test_the_compiled_tree_is_the_fixture(runs):
     """The run's tree is the shared compile of its spec, untouched."""
     assert (runs / "model.py").read_text() == (compiled(runs.name) / "model.py").read_text()
+
+
+# tiny_mtp on dp 2 x tp 2 x pp 2 with zero 1, the output layer split over tp, a
+# checkpoint every step (the rehearsal's comparison reads them)
+PIPELINED = {
+    "    per_node = 2": "    per_node = 8",
+    "    tp = 1\n": "    tp = 2\n    pp = 2\n",
+    "    micro_batches = 2": "    micro_batches = 4",
+    "    global_batch = 4             # = micro_batch * dp * micro_batches = 1 * 2 * 2": (
+        "    global_batch = 8\n    zero         = 1\n    checkpoint   = every 1 keep 3"
+    ),
+    "logits = linear(norm, vocab, bias = false)": (
+        "logits = linear(norm, vocab, bias = false) weight @ [1, tp]"
+    ),
+}
+
+
+def test_a_pipelined_rehearsal_with_the_module_on_the_last_stage_trains_as_standalone(
+    tmp_path,
+):
+    """`train.py --rehearse` builds what the 8-rank run builds (the pipeline of 4
+    micro-batches, the module's cell on stage 1) and trains as `--standalone` does."""
+    text = SPECS["tiny_mtp"].read_text()
+    for old, new in PIPELINED.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    spec = tmp_path / "tiny_mtp.msl"
+    spec.write_text(text)
+    folder = compile_spec(spec, tmp_path / "out")
+    assert "self.mtp.pipeline_stage = 1" in (folder / "model.py").read_text()
+    rehearse_and_standalone(folder)
+    assert_rehearsal_is_standalone(folder)
+    logs = [
+        log_rows(folder / f"output_{m}" / "rank_0" / "log.csv") for m in ("rehearse", "standalone")
+    ]
+    for ours, theirs in zip(*logs, strict=True):
+        assert float(ours["mtp_loss"]) == pytest.approx(float(theirs["mtp_loss"]), rel=1e-5)
