@@ -8,6 +8,7 @@ from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.emit.mtp import mtp_spec
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
 from msgen.ir.devices import DEVICES
@@ -208,8 +209,6 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
     network = NetworkSpec(
         input=spec.network.input.name, output=spec.network.output, ops=tuple(net_ops)
     )
-    from msgen.emit.mtp import mtp_spec
-
     fusion, layer_fusion = fusion_tables(plan)
     budget, _ = budget_of(spec)
     mesh = RankMesh.of(spec)
