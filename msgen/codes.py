@@ -443,6 +443,22 @@ CODES: dict[str, tuple[str, str]] = {
         "the bare network instead, a path not yet shown to work here. Remove `valid` and "
         "eval_every, or train with pp = 1.",
     ),
+    "MSL530": (
+        "bad multi-token prediction setting",
+        "`mtp = mtp(depth = D, weight = w, layer = NAME)` in `train` adds D modules that "
+        "predict the tokens 2 .. D + 1 ahead (DeepSeek-V3's multi-token prediction). depth "
+        "is a whole number from 1 to seq - 1, weight a number >= 0 (the loss adds w / D "
+        "times the modules' summed losses), layer a layer the network repeats (default: the "
+        "last one repeated). `mtp = none` turns it off.",
+    ),
+    "MSL531": (
+        "network unfit for multi-token prediction",
+        "The modules share the main model's embedding table and output layer, and take h^0 "
+        "from the final norm. The network must end with `norm = layernorm(...)` or "
+        "`rmsnorm(...)`, `logits = linear(norm, vocab, bias = false)` or `tie = emb`, and "
+        "`output cross_entropy(logits, tokens)`, with `emb = embedding(tokens, ...)` of its "
+        "input.",
+    ),
     # data
     "MSL601": (
         "tokenizer does not fit the vocabulary",

@@ -41,7 +41,8 @@ from tests.emit_fixtures import BIG, ROOT, TINY, compiled, load, network_class, 
 
 # hostinfo.py is msgen.hostinfo carried as it is: the standard library only.
 GENERATED = sorted(p for p in (ROOT / "generated").glob("*/*.py") if p.name != "hostinfo.py")
-COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp", "tiny_moe")  # tests/specs/*.msl
+# tests/specs/*.msl
+COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp", "tiny_moe", "tiny_mtp_moe")
 
 
 # API check --------------------------------------------------------------------------

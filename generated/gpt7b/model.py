@@ -336,6 +336,10 @@ class CrossEntropy(nn.Cell):
         self.off = Tensor(0, mstype.int32)
 
     def construct(self, logits, labels):
+        return self.mean(self.losses(logits, labels))
+
+    def losses(self, logits, labels):
+        """-log softmax(logits)[label] of each position, as [batch * seq, 1]."""
         vocab = logits.shape[-1]
         x = self.cast(logits.reshape(-1, vocab), mstype.float32)
         # log-softmax does not depend on the shift: no gradient flows through the max
@@ -345,7 +349,7 @@ class CrossEntropy(nn.Cell):
             self.one_hot(labels.reshape(-1), vocab, self.on, self.off), mstype.bool_
         )
         picked = self.pick(self.select(target, z, self.zeros(z)), -1)
-        return self.mean(self.sub(lse, picked))
+        return self.sub(lse, picked)
 
 
 class LayerNorm(nn.Cell):

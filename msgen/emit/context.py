@@ -97,6 +97,26 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class MtpSpec:
+    """Multi-token prediction's modules in model.py (msgen/emit/mtp.py writes them)."""
+
+    depth: int
+    weight: float
+    layer: str  # the repeated layer each module runs one copy of
+    hidden: str  # h^0: the final norm's output; the modules' norms are copies of it
+    embedding: str  # the network op whose table the modules share
+    head: str  # the output layer's op
+    loss: str  # the cross_entropy op (the network's output)
+    eh_proj: OpSpec
+    concat: Strategy
+    ids: tuple[int, ...]  # the token ids' split as one strategy entry, e.g. (dp, 1)
+    gather: Strategy
+    rows: tuple[int, ...]  # the per-position losses' split, [batch, seq]
+    stage: int = 0
+    segment: int = 0
+
+
+@dataclass(frozen=True)
 class TrainSpec:
     micro_batch: int
     global_batch: int
@@ -161,6 +181,7 @@ class ModelContext:
     gradient_from: tuple[tuple[str, str], ...] = field(default=())
     # The comment lines saying which --set flags the tree was compiled with (none: none)
     compiled_with: tuple[str, ...] = field(default=())
+    mtp: MtpSpec | None = None  # multi-token prediction (train.mtp)
 
     @property
     def class_name(self) -> str:
@@ -201,6 +222,13 @@ class ModelContext:
         return any(op.kind == "moe" and op.setting("bias_rate") is not None for op in self.ops())
 
     @property
+    def logged_losses(self) -> tuple[tuple[str, str], ...]:
+        """The loss's terms train.py logs beside it: (log.csv column, the network's
+        attribute whose `total` sums the term over a step's micro-batches)."""
+        terms = (("aux_loss", "add_aux"),) if self.aux_losses else ()
+        return terms + ((("mtp_loss", "mtp"),) if self.mtp is not None else ())
+
+    @property
     def lazy_inline(self) -> bool:
         """On Ascend an accumulating network is compiled once instead of once per
         micro-batch."""
@@ -239,6 +267,12 @@ class ModelContext:
                     out.extend(pat for pat, p in zip(pats, inner.params) if not p.decay)
             else:
                 out.extend(f"{op.name}.{p.name}" for p in op.params if not p.decay)
+        if self.mtp is not None:  # the modules' norms and their block's
+            norm = next(op for op in self.network.ops if op.name == self.mtp.hidden)
+            parts = [(part, norm) for part in ("enorm", "hnorm", "norm")]
+            parts += [(f"block.{op.name}", op) for op in self.layer(self.mtp.layer).ops]
+            out.extend(f"mtp.layers.*.{part}.{p.name}" for part, op in parts
+                       for p in op.params if not p.decay)  # fmt: skip
         return tuple(dict.fromkeys(out))
 
     def ops(self) -> tuple[OpSpec, ...]:

@@ -50,4 +50,8 @@ def model_imports(ctx: ModelContext) -> str:
     lines = [*SHELL, *(LAZY_INLINE if ctx.lazy_inline else ()), *(DROPOUT if ctx.dropout else ())]
     lines += FUSED if ctx.fused else ()
     lines += [line for op in ctx.ops() for line in OPS[op.kind].imports_of(op)]
+    if ctx.mtp is not None:
+        from msgen.emit.mtp import IMPORTS
+
+        lines += IMPORTS
     return block(lines)
