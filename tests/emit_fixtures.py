@@ -15,7 +15,8 @@ pipeline schedule: 4 layers over pp = 2 stages of 2 chunks; a fixed loss scale; 
 ids on network parameters and bucketed layer parameters); tests/specs/tiny_dp.msl is
 the data-parallel mesh that test_multirank.py trains under msrun. tests/specs/tiny_moe.msl
 (a mixture of experts, q/k norms) and tiny_moe_dp.msl (its data-parallel mesh) are
-checked and trained by tests/test_moe_code.py and test_moe_train.py, not with TINY.
+checked and trained by tests/test_moe_code.py and test_moe_train.py, not with TINY;
+tests/specs/tiny_mla.msl (multi-head latent attention) by tests/test_mla_code.py.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ SPECS = {
     "tiny_dp": ROOT / "tests" / "specs" / "tiny_dp.msl",
     "tiny_moe": ROOT / "tests" / "specs" / "tiny_moe.msl",
     "tiny_moe_dp": ROOT / "tests" / "specs" / "tiny_moe_dp.msl",
+    "tiny_mla": ROOT / "tests" / "specs" / "tiny_mla.msl",
+    "tiny_mtp": ROOT / "tests" / "specs" / "tiny_mtp.msl",
+    "tiny_mtp_moe": ROOT / "tests" / "specs" / "tiny_mtp_moe.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }

@@ -6,9 +6,11 @@ as files transformers loads."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import io
 import json
 import os
+import re
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -33,6 +35,33 @@ MODELS = {
     "qwen2": ("Qwen2Config", {"num_key_value_heads": 2, "tie_word_embeddings": True}),
     # a sliding window shorter than seq
     "mistral": ("MistralConfig", {"num_key_value_heads": 1, "sliding_window": 8}),
+    # q/k norms per head, head_dim 32 (not hidden / heads)
+    "qwen3": ("Qwen3Config", {"num_key_value_heads": 2, "head_dim": 32}),
+    # 4 experts, 2 per token, the top-k weights renormalised
+    "mixtral": ("MixtralConfig", {"num_key_value_heads": 2, "num_local_experts": 4}),
+    # a dense layer (mlp_only_layers) then a sparse one, the top-k weights as they are
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        {
+            "num_key_value_heads": 2,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "norm_topk_prob": False,
+            "mlp_only_layers": [0],
+        },
+    ),
+    # 4 experts, 2 per token, and the shared expert with its sigmoid gate
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        {
+            "num_key_value_heads": 2,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+        },
+    ),
 }
 
 
@@ -83,13 +112,25 @@ def compiled_network(spec: Path, out: Path):
 def msgen_logits(net, tokens: np.ndarray) -> np.ndarray:
     """emb -> each repeated layer in order -> norm -> logits, as the network's
     construct runs them (without the loss)."""
+    return msgen_forward(net, tokens)[0]
+
+
+def msgen_forward(net, tokens: np.ndarray) -> tuple[np.ndarray, float]:
+    """The logits and the layers' auxiliary losses summed, as the network's construct
+    computes them (a layer with experts takes and gives the running sum)."""
     x = net.emb(ms.Tensor(tokens, ms.int32))
-    for kind in ("decoder", "decoder_swa"):
-        for cell in getattr(net, kind, []):
-            x = cell(x)
+    aux = ms.Tensor(0.0, ms.float32)
+    kinds = re.findall(r"for cell in self\.(\w+):", inspect.getsource(type(net).construct))
+    for kind in kinds:
+        for cell in getattr(net, kind):
+            if len(inspect.signature(cell.construct).parameters) == 2:
+                x, aux = cell(x, aux)
+            else:
+                x = cell(x)
     x = net.norm(x)
     tied = type(net.logits).__name__ == "TiedLinear"
-    return (net.logits(x, net.emb.table) if tied else net.logits(x)).asnumpy()
+    logits = net.logits(x, net.emb.table) if tied else net.logits(x)
+    return logits.asnumpy(), float(aux.asnumpy())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -109,7 +150,9 @@ def test_imported_weights_give_transformers_logits(tmp_path, family):
     missing, _ = ms.load_param_into_net(
         net, ms.load_checkpoint(str(tmp_path / "init" / "model.ckpt"))
     )
-    assert not missing
+    # every weight; the experts' running auxiliary loss is no weight (train.py zeroes
+    # it before each step), and from-hf writes none
+    assert [n for n in missing if n != "add_aux.total"] == []
     tokens = np.random.default_rng(1).integers(0, 128, size=(2, SEQ))
     with torch.no_grad():
         expected = model(torch.tensor(tokens)).logits.numpy()
@@ -192,12 +235,15 @@ def test_another_models_weights_are_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_trained_from_hf_weights_goes_back_to_transformers(tmp_path):
+@pytest.mark.parametrize("family", ["llama", "qwen2_moe"])
+def test_trained_from_hf_weights_goes_back_to_transformers(tmp_path, family):
     """import hf -> from-hf -> train.py --init-from, 3 steps -> to-hf: transformers loads
-    the result, and its logits equal the generated model's with the trained weights."""
+    the result, and its logits equal the generated model's with the trained weights
+    (a mixture of experts' run also holds its auxiliary-loss total, which is no
+    weight)."""
     import subprocess
 
-    hf_model("llama", tmp_path / "hf", torch.float32)
+    hf_model(family, tmp_path / "hf", torch.float32)
     spec = tmp_path / "m.msl"
     assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
     text = spec.read_text().replace("global_batch = 64", "global_batch = 2")
@@ -256,14 +302,17 @@ def readme_section_commands() -> list[str]:
 @pytest.mark.slow
 def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     """Each command of the section, as printed, in a folder holding a small LLaMA saved
-    by transformers as `my-llama/`: the trained model comes back to transformers, and
-    the run resharded for tp = 2 merges back into the run's own checkpoint."""
+    by transformers as `my-llama/` and a small Qwen3-MoE as `my-moe/`: the trained model
+    comes back to transformers, the run resharded for tp = 2 merges back into the run's
+    own checkpoint, and the experts' per-rank slices on ep 2 x tp 2 merge back into
+    the source's experts, stacked."""
     import subprocess
 
     hf_model("llama", tmp_path / "my-llama", torch.float32)
+    hf_model("qwen3_moe", tmp_path / "my-moe", torch.float32)
     commands = readme_section_commands()
-    assert [c.split()[:3] for c in commands][-2:] == [["msgen", "ckpt", "merge"],
-                                                      ["msgen", "ckpt", "reshard"]]  # fmt: skip
+    assert [c.split()[:3] for c in commands][5:7] == [["msgen", "ckpt", "merge"],
+                                                     ["msgen", "ckpt", "reshard"]]  # fmt: skip
     root = str(Path(__file__).resolve().parents[1])
     # msgen and python of this environment (with this checkout's msgen) first on PATH
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
@@ -287,3 +336,8 @@ def test_the_readme_hugging_face_section_runs_as_printed(tmp_path):
     assert set(back) == set(merged)
     for name, value in merged.items():
         assert np.array_equal(back[name].asnumpy(), value.asnumpy()), name
+    experts = ms.load_checkpoint(str(tmp_path / "moe-merged.ckpt"))["decoder_moe.0.moe.gate"]
+    source = tmp_path / "my-moe" / "model.safetensors"
+    stacked = [read_tensor(source, f"model.layers.1.mlp.experts.{e}.gate_proj.weight")[0].T
+               for e in range(4)]  # fmt: skip
+    assert np.array_equal(experts.asnumpy(), np.stack(stacked))

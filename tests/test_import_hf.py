@@ -183,7 +183,7 @@ def test_qwen2_window_starts_at_max_window_layers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert window_of(spec) == {"decoder": False, "decoder_swa": "window"}
     text = spec.read_text()
-    assert "repeat decoder(emb) 1" in text and "repeat decoder_swa(full) layers - 1" in text
+    assert "repeat decoder(emb) 1" in text and "repeat decoder_swa(part1) layers - 1" in text
     assert estimate(spec)["params_total"] == hf_count(config)
 
 
@@ -227,9 +227,14 @@ def test_devices_lay_the_spec_out_with_the_planner(tmp_path):
         ({"model_type": "gemma"}, "model_type 'gemma' is not supported"),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
         ({"rms_norm_eps": None}, "config.json: rms_norm_eps: missing"),
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_type 'llama3'"),
-        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_type 'linear'"),
-        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "rope_type 'yarn'"),
+        (
+            {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+            "rope_scaling of rope_type 'llama3' lacks low_freq_factor",
+        ),
+        ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic' is not"),
+        ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e6}}, "'longrope' is not"),
+        ({"rope_scaling": {"rope_type": "ntk", "factor": 2.0}}, "rope_type 'ntk' is not"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 0}}, "rope_scaling.factor: `factor`"),
         ({"num_key_value_heads": 3}, "does not divide heads"),
         ({"vocab_size": 0}, "config.json: vocab_size: 0 is outside 1..1099511627775"),
         ({"torch_dtype": "float8"}, "dtype 'float8'"),

@@ -65,6 +65,21 @@ def test_every_group_is_megatrons(dp, tp, pp, ep):
         assert mesh.rank(at["pp"], dp_index, at["tp"]) == rank
 
 
+@pytest.mark.parametrize("dp, tp, pp, ep", MESHES)
+def test_each_ranks_stage_and_each_stages_first_rank_are_megatrons(dp, tp, pp, ep):
+    """A rank's stage is its index along pp in Megatron-LM's grid (pp outermost), and a
+    stage's first rank the smallest of its ranks: what the dry run, doctor, report and
+    the checkpoint tools read a rank's stage from."""
+    mesh = RankMesh(dp, tp, pp, ep, per_node=8)
+    grid = np.arange(mesh.devices).reshape(pp, dp // ep, ep, tp)
+    for stage in range(pp):
+        assert {mesh.stage_of(int(r)) for r in grid[stage].ravel()} == {stage}
+    assert mesh.first_ranks() == tuple(int(grid[s].min()) for s in range(pp))
+    # The strategy file's device matrix: a stage's grid as a MindSpore Layout lays it.
+    assert mesh.dev_matrix(expert=True) == list(grid.shape[1:])
+    assert mesh.dev_matrix(expert=False) == [dp, tp]
+
+
 def test_a_group_that_fits_a_servers_size_can_still_straddle_two():
     """dp 12 with ep 3 (tp 1, pp 2) on 8-device servers: the ep group [6, 7, 8] is 3
     consecutive ranks, fewer than a server holds, yet ranks 6 and 7 are on server 0 and

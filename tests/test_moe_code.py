@@ -30,6 +30,13 @@ VARIANTS = {
     "tiny_moe_gelu_sigmoid": "activation = gelu, router = sigmoid, norm_topk = false, ",
     "tiny_moe_capacity_probs": "capacity = 0.5, z_loss = 0.001, ",
     "tiny_moe_capacity_position": "capacity = 0.5, drop = position, norm_topk = false, ",
+    "tiny_moe_shared_sigmoid": "shared_sigmoid = true, norm_topk = false, ",
+    # DeepSeek-V3's routing (the correction bias random as every parameter), and
+    # DeepSeek-V2's group_limited_greedy
+    "tiny_moe_deepseek_v3": "router = sigmoid, expert_bias = true, expert_groups = 2, "
+    "top_groups = 1, routed_scaling = 2.5, seq_aux_loss = 0.003, ",
+    "tiny_moe_group_limited": "expert_groups = 2, top_groups = 1, group_score = max, "
+    "norm_topk = false, ",
 }
 
 
@@ -73,6 +80,11 @@ def test_moe_code_imports_what_it_uses():
     imports_what_it_uses("tiny_moe")
 
 
+@pytest.mark.parametrize("variant", ["tiny_moe_deepseek_v3"], indirect=True)
+def test_the_deepseek_routing_imports_what_it_uses(variant):
+    imports_what_it_uses(variant)
+
+
 class Trained:
     """The network as the plan sees it: its parameters but `add_aux.total` (the
     auxiliary losses summed over a step's micro-batches for the log, not a weight)."""
@@ -99,12 +111,15 @@ def test_loss_cell_equals_numpy():
     loss_equals_numpy("tiny_moe")
 
 
-def test_strategies_fit_the_inputs_and_the_shape_only_trace_agrees():
-    network = instantiate("tiny_moe", lazy=False)
-    real = trace(network, "tiny_moe", shape_only=False)
-    assert real and strategy_problems(real, stage_devices("tiny_moe")) == []
+@pytest.mark.parametrize(
+    "variant", ["tiny_moe", "tiny_moe_shared_sigmoid", "tiny_moe_deepseek_v3"], indirect=True
+)
+def test_strategies_fit_the_inputs_and_the_shape_only_trace_agrees(variant):
+    network = instantiate(variant, lazy=False)
+    real = trace(network, variant, shape_only=False)
+    assert real and strategy_problems(real, stage_devices(variant)) == []
     assert unexercised(network, real) == set()
-    shaped = trace(instantiate("tiny_moe", lazy=True), "tiny_moe", shape_only=True)
+    shaped = trace(instantiate(variant, lazy=True), variant, shape_only=True)
     assert [(c.path, c.shapes) for c in shaped] == [(c.path, c.shapes) for c in real]
 
 

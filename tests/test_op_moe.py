@@ -19,6 +19,7 @@ from msgen.estimate.flops import op_work, step_flops
 from msgen.ops import OPS
 from tests.oracles import require
 from tests.reference_numpy import WithAux
+from tests.reference_routing import for_losses, load_balancing_loss, route, sequence_loss
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
 
@@ -38,25 +39,6 @@ def ffn(x, w: dict, act: str, prefix: str = ""):
     up = x @ w[prefix + "up"]
     hidden = silu(x @ w[prefix + "gate"]) * up if act == "swiglu" else gelu(up)
     return hidden @ w[prefix + "down"]
-
-
-def route(tokens, router, top_k, score="softmax", norm_topk=True):
-    """(full probabilities [n, E], chosen experts [n, k], their weights [n, k]).
-    The scores in fp32 or better (here float64); softmax over all experts, then the
-    top k, renormalised to sum to one when `norm_topk` (Megatron's default
-    pre-softmax-free path computes softmax over the top-k logits, which is the same);
-    sigmoid scores are normalised by their sum (Megatron adds 1e-20)."""
-    logits = tokens @ router
-    if score == "softmax":
-        z = np.exp(logits - logits.max(-1, keepdims=True))
-        probs = z / z.sum(-1, keepdims=True)
-    else:
-        probs = 1.0 / (1.0 + np.exp(-logits))
-    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
-    weights = np.take_along_axis(probs, chosen, -1)
-    if norm_topk:
-        weights = weights / (weights.sum(-1, keepdims=True) + (1e-20 if score == "sigmoid" else 0))
-    return probs, chosen, weights
 
 
 def kept(chosen, weights, experts, capacity, drop, groups=1):
@@ -84,12 +66,16 @@ def kept(chosen, weights, experts, capacity, drop, groups=1):
 
 
 def moe(x, params: dict, experts, top_k, act="swiglu", score="softmax", norm_topk=True,
-        capacity=None, drop="probs", groups=1):  # fmt: skip
+        capacity=None, drop="probs", groups=1, **routing):  # fmt: skip
     """x [..., hidden]; params: router [h, E], gate/up [E, h, F], down [E, F, h], and
-    shared_gate/shared_up [h, S], shared_down [S, h] when there are shared experts."""
+    shared_gate/shared_up [h, S], shared_down [S, h] when there are shared experts,
+    their sigmoid gate shared_sigmoid [h, 1] when they have one, the correction bias
+    expert_bias [E] when the router has one; `routing`: the other options of
+    tests/reference_routing.py `route`."""
     h = x.shape[-1]
     t = x.reshape(-1, h)
-    _, chosen, weights = route(t, params["router"], top_k, score, norm_topk)
+    bias = params.get("expert_bias")
+    _, chosen, weights = route(t, params["router"], top_k, score, norm_topk, bias, **routing)
     keep = kept(chosen, weights, experts, capacity, drop, groups)
     out = np.zeros_like(t)
     for i in range(t.shape[0]):
@@ -99,18 +85,11 @@ def moe(x, params: dict, experts, top_k, act="swiglu", score="softmax", norm_top
                 w = {m: params[m][e] for m in ("gate", "up", "down") if m in params}
                 out[i] += weights[i, j] * ffn(t[i : i + 1], w, act)[0]
     if "shared_up" in params:
-        out += ffn(t, params, act, "shared_")
+        shared = ffn(t, params, act, "shared_")
+        if "shared_sigmoid" in params:  # Qwen2-MoE's shared_expert_gate [h, 1]
+            shared = shared / (1.0 + np.exp(-(t @ params["shared_sigmoid"])))
+        out += shared
     return out.reshape(x.shape)
-
-
-def load_balancing_loss(probs, chosen, experts, coeff):
-    """Switch's loss as Megatron's switch_load_balancing_loss_func computes it:
-    coeff * E / (n^2 k) * sum_e (sum_t p_te) * tokens_e, that is
-    coeff * E * sum_e P_e f_e with P_e the mean probability and f_e the share of the
-    n * k routed copies expert e gets."""
-    n, k = chosen.shape
-    counts = np.bincount(chosen.ravel(), minlength=experts)
-    return coeff * experts / (n * n * k) * float(probs.sum(0) @ counts)
 
 
 def z_loss(logits, coeff):
@@ -120,25 +99,36 @@ def z_loss(logits, coeff):
     return coeff * float(np.mean(lse**2))
 
 
-def aux_losses(x, router, top_k, score, aux_coeff, z_coeff) -> float:
+def aux_losses(x, params, top_k, score, coeffs, seq, **routing) -> float:
     """The op's auxiliary losses on tokens x [..., hidden]: Switch's load-balancing
-    loss over the probabilities (sigmoid scores normalised per token first, as
-    Megatron-LM's router does for the loss) and the copies routed before any capacity
-    drops, and the router z-loss of the logits."""
+    loss and DeepSeek-V3's sequence-wise one over the probabilities (sigmoid scores
+    normalised per token first, as Megatron-LM's router does for the losses) and the
+    copies routed before any capacity drops, and the router z-loss of the logits."""
     t = x.reshape(-1, x.shape[-1])
-    probs, chosen, _ = route(t, router, top_k, score, norm_topk=False)
-    if score == "sigmoid":
-        probs = probs / (probs.sum(-1, keepdims=True) + 1e-20)
-    experts = router.shape[1]
-    return load_balancing_loss(probs, chosen, experts, aux_coeff) + z_loss(t @ router, z_coeff)
+    router = params["router"]
+    s, chosen, _ = route(t, router, top_k, score, False, params.get("expert_bias"), **routing)
+    probs, experts = for_losses(s, score), router.shape[1]
+    aux_coeff, seq_coeff, z_coeff = coeffs
+    return (
+        load_balancing_loss(probs, chosen, experts, aux_coeff)
+        + sequence_loss(probs, chosen, experts, seq, seq_coeff)
+        + z_loss(t @ router, z_coeff)
+    )
 
 
 def reference(op):
     a = op.args
-    names = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    names = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down",
+             "shared_sigmoid", "expert_bias")  # fmt: skip
     params = {m: op.params[f"{op.prefix}{op.node.name}.{m}"] for m in names
               if f"{op.prefix}{op.node.name}.{m}" in op.params}  # fmt: skip
     score = a.get("router", "softmax")
+    groups = a.get("expert_groups", 1)
+    routing = {
+        "expert_groups": groups,
+        "top_groups": a.get("top_groups", groups),
+        "group_score": a.get("group_score", "top2"),
+    }
     out = moe(
         op.inputs[0],
         params,
@@ -150,12 +140,14 @@ def reference(op):
         a.get("capacity"),
         a.get("drop", "probs"),
         op.ctx.mesh_sizes["dp"],
+        scaling=a.get("routed_scaling", 1.0),
+        **routing,
     )
-    aux_coeff, z_coeff = a.get("aux_loss", 0.0), a.get("z_loss", 0.0)
-    if not aux_coeff and not z_coeff:
+    coeffs = (a.get("aux_loss", 0.0), a.get("seq_aux_loss", 0.0), a.get("z_loss", 0.0))
+    if not any(coeffs):
         return out
-    aux = aux_losses(op.inputs[0], params["router"], a["top_k"], score, aux_coeff, z_coeff)
-    return WithAux(out, aux)
+    seq = op.inputs[0].shape[-2]
+    return WithAux(out, aux_losses(op.inputs[0], params, a["top_k"], score, coeffs, seq, **routing))
 
 
 REFERENCES = {"moe": reference}

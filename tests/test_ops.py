@@ -23,6 +23,7 @@ from msgen.emit.build import build_context
 from msgen.emit.imports import block
 from msgen.ops import OPS
 from msgen.ops.imports import SHELL, bound, parse
+from msgen.ops.rope_scaling import frequencies_source
 from msgen.resources import template
 from tests import reference_numpy as ref
 from tests.emit_fixtures import SPECS, TINY, compiled, load, network_class, plan, plan_json
@@ -95,7 +96,11 @@ def shell_names(name: str) -> set[str]:
         "flash": True,
         "dropout": True,
         "qk_norm": True,
+        "rope": True,
         "permute": True,
+        "biased": True,
+        "rope_scaling": True,
+        "rope_frequencies": frequencies_source(),
     }  # all a fragment can define
     return top - set().union(*(names(fragment(h, every))[1] for h in helpers))
 

@@ -634,8 +634,10 @@ def init_weights(folder, rank, network, distributed):
     Under semi-auto parallel each rank loads its own slices, `rank_<r>/model.ckpt`
     (msgen ckpt from-hf writes them for this mesh), into the parameters MindSpore laid
     out for its stage when the step compiled (`sliced`, set by _slice_parameter in
-    parallel/_utils.py); otherwise the whole weights, `model.ckpt`."""
-    params = {p.name: p for p in network.get_parameters()}
+    parallel/_utils.py); otherwise the whole weights, `model.ckpt`. The weights are
+    the trained parameters: state that is not trained (the moe layers' auxiliary
+    loss total, zeroed before each step) is no model weight, and from-hf writes none."""
+    params = {p.name: p for p in network.trainable_params()}
     sliced = distributed and any(p.sliced for p in params.values())
     path = folder / f"rank_{rank}" / INIT_FILE if sliced else folder / INIT_FILE
     if not path.is_file():

@@ -95,6 +95,19 @@ class RankMesh:
     def rank(self, stage: int = 0, dp_index: int = 0, tp_index: int = 0) -> int:
         return (stage * self.dp + dp_index) * self.tp + tp_index
 
+    def stage_of(self, rank: int) -> int:
+        """The pipeline stage `rank` belongs to (stages are outermost)."""
+        return rank // self.stride("pp")
+
+    def first_ranks(self) -> tuple[int, ...]:
+        """The first rank of each pipeline stage."""
+        return tuple(self.rank(stage=s) for s in range(self.pp))
+
+    def dev_matrix(self, expert: bool) -> list[int]:
+        """The device matrix a stage's strategy-file layouts use, outermost first:
+        [dp / ep, ep, tp] for expert tensors, [dp, tp] for the rest."""
+        return [self.dp // self.ep, self.ep, self.tp] if expert else [self.dp, self.tp]
+
     def coordinates(self, rank: int) -> dict[str, int]:
         """A rank's index along each coordinate, outermost first."""
         return {c: rank // self.stride(c) % n for c, n in self.shape.items()}

@@ -13,8 +13,9 @@ from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
 from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
-# what train.py saves beside parameters and moments (the step counters, the loss scale)
-STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter")
+# what train.py saves beside parameters and moments (the step counters, the loss scale,
+# the moe layers' auxiliary-loss total: model.py's AuxLosses, zeroed before each step)
+STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter", "add_aux.total")
 
 
 def spec_params(result) -> dict[str, tuple[int, ...]]:
@@ -32,6 +33,14 @@ def spec_params(result) -> dict[str, tuple[int, ...]]:
 
 def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     return {**params, **{m + n: s for m in MOMENTS for n, s in params.items()}}
+
+
+def spec_tensors(result) -> dict[str, tuple[int, ...]]:
+    """What a training checkpoint of the spec holds: the parameters and their moments,
+    and the buffers (moe's correction bias), which have none."""
+    from msgen.analysis.plan import build_plan
+
+    return with_moments(spec_params(result)) | build_plan(result.spec, result.facts).buffers()
 
 
 def expected_strategies(result, spec_path: Path) -> dict[str, str]:

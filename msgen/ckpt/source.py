@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.analysis.mesh import RankMesh
 from msgen.base.readers import BadInput, Dict, Int, List, Obj, load_json
 from msgen.base.status import UsageError
 from msgen.ckpt.ckptfile import CkptFileError, tensor_shapes
@@ -22,9 +23,8 @@ from msgen.ckpt.expected import (
     check_tensors,
     expected_strategies,
     rank_shapes,
-    spec_params,
+    spec_tensors,
     stage_layouts,
-    with_moments,
 )
 from msgen.ckpt.runs import INIT_FILE, common_step, rank_folders, run_strategies
 from msgen.diagnostics import printable
@@ -92,7 +92,7 @@ def held(file: Path, want: dict[str, tuple[int, ...]], mesh: str) -> None:
 def read_source(result, spec: Path, run: Path) -> Source:
     """The run's newest common step, each rank's file of it checked against its mesh,
     and the strategy files that describe its slices."""
-    logical = with_moments(spec_params(result))
+    logical = spec_tensors(result)
     if (run / INIT_FILE).is_file() and not any(run.glob("rank_*")):
         held(run / INIT_FILE, logical, "the spec")
         return Source(0, [run / INIT_FILE], None)  # from-hf's whole checkpoint
@@ -111,8 +111,8 @@ def read_source(result, spec: Path, run: Path) -> Source:
             held(file, want, named)
         return Source(step, files, {f"{p.parent.name}.json": p for p in own})
     expected = expected_strategies(result, spec)
-    mesh = result.spec.mesh
-    world = mesh.dp * mesh.tp * mesh.pp
+    mesh = RankMesh.of(result.spec)
+    world = mesh.devices
     if expected and len(folders) != world:
         raise UsageError(
             f"{printable(str(run))} has {len(folders)} rank folders and no strategy files; "
@@ -121,7 +121,7 @@ def read_source(result, spec: Path, run: Path) -> Source:
     stages = stage_layouts(result, spec)
     for rank, file in enumerate(files):
         if stages:
-            layouts = stages[rank // stages[0].devices].layouts
+            layouts = stages[mesh.stage_of(rank)].layouts
             held(file, rank_shapes(logical, layouts), "the spec's mesh")
         else:  # a data-parallel run: every rank holds the whole model
             held(file, logical, "the spec's data-parallel mesh")

@@ -87,7 +87,7 @@ def host_checks(
     found += network.master_checks(host.environ, cluster.nodes, cluster.master_port, node)
     exact = storage.stage_checkpoint_bytes(compiled, spec.semi_auto) if compiled else None
     per_stage = exact or [s.weights_bytes + s.optimizer_bytes for s in est.stages]
-    one = storage.checkpoint_bytes(per_stage, mesh.server_ranks(node), mesh.stride("pp"))
+    one = storage.checkpoint_bytes(per_stage, mesh.server_ranks(node), mesh)
     keep = spec.train.checkpoint.keep if spec.train.checkpoint else 1
     tree = options.tree or default_tree(spec)
     found += storage.output_checks(options.output or tree / "output", one, keep, bool(exact))
@@ -161,11 +161,9 @@ def doctor_command(result, options: DoctorOptions, host: Host | None = None) -> 
     rows: list[dryrun.StageRow] = []
     if options.dryrun is not None:
         logs = dryrun.read_logs(options.dryrun)
-        per_stage = RankMesh.of(spec).stride("pp")  # ranks of a stage
-        rows = dryrun.stage_rows(
-            logs, [s.total_bytes for s in est.stages], est.budget_bytes, per_stage
-        )
-        checks = dryrun.dryrun_checks(options.dryrun, logs, rows, per_stage)
+        mesh = RankMesh.of(spec)
+        rows = dryrun.stage_rows(logs, [s.total_bytes for s in est.stages], est.budget_bytes, mesh)
+        checks = dryrun.dryrun_checks(options.dryrun, logs, rows, mesh)
         title = f"msgen doctor: {options.spec}, dry run in {options.dryrun}"
         node = None
     else:

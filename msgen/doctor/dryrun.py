@@ -10,7 +10,7 @@ format in MindSpore's DryRun tutorial):
     Actual peak memory usage (with fragments): 26244M
 
 M is MiB (the tutorial's 65536M device is 64 GB). A worker's log is
-`LOGDIR/worker_<rank>.log`; its stage is rank // (dp * tp) (stage outermost).
+`LOGDIR/worker_<rank>.log`; its stage is RankMesh.stage_of(rank) (stage outermost).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.analysis.mesh import RankMesh
 from msgen.doctor.result import Check, error, ok, warning
 
 MiB = 2**20
@@ -81,7 +82,7 @@ def read_logs(logdir: Path) -> dict[int, Peak | None]:
 
 
 def stage_rows(
-    logs: dict[int, Peak | None], estimates: list[int], budget: int | None, ranks_per_stage: int
+    logs: dict[int, Peak | None], estimates: list[int], budget: int | None, mesh: RankMesh
 ) -> list[StageRow]:
     """Per stage: the highest actual peak among its ranks' logs, beside its estimate."""
     rows = []
@@ -89,7 +90,7 @@ def stage_rows(
         mine = [
             (peak.actual_bytes, rank, peak)
             for rank, peak in logs.items()
-            if peak is not None and rank // ranks_per_stage == stage
+            if peak is not None and mesh.stage_of(rank) == stage
         ]
         _, rank, peak = max(mine, key=lambda t: (t[0], -t[1])) if mine else (0, None, None)
         rows.append(StageRow(stage, rank, peak, estimate_bytes, budget))
@@ -97,7 +98,7 @@ def stage_rows(
 
 
 def dryrun_checks(
-    logdir: Path, logs: dict[int, Peak | None], rows: list[StageRow], ranks_per_stage: int
+    logdir: Path, logs: dict[int, Peak | None], rows: list[StageRow], mesh: RankMesh
 ) -> list[Check]:
     if not logs:
         return [error("dryrun", f"no worker_<rank>.log in {logdir}",
@@ -110,7 +111,7 @@ def dryrun_checks(
                                "GLOG_v=1; launch/dryrun.sh sets it"))  # fmt: skip
     for row in rows:
         if row.peak is None:
-            first = row.stage * ranks_per_stage
+            first = mesh.rank(stage=row.stage)
             found.append(error("dryrun", f"stage {row.stage}: no log with peaks (rank {first} is its first rank)",
                                f"run launch/dryrun.sh; it runs rank {first} for stage {row.stage}"))  # fmt: skip
         elif row.budget_bytes is not None and row.peak.actual_bytes > row.budget_bytes:

@@ -59,9 +59,9 @@ def stage_checkpoint_bytes(plan: dict, semi_auto: bool) -> list[int] | None:
     return [size + state for size in out]
 
 
-def checkpoint_bytes(stage_bytes: Sequence[int], ranks: Sequence[int], ranks_per_stage: int) -> int:
+def checkpoint_bytes(stage_bytes: Sequence[int], ranks: Sequence[int], mesh: RankMesh) -> int:
     """One checkpoint of each of `ranks`, from its stage's per-device figure."""
-    return sum(stage_bytes[rank // ranks_per_stage] for rank in ranks)
+    return sum(stage_bytes[mesh.stage_of(rank)] for rank in ranks)
 
 
 def existing_parent(path: Path) -> Path:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from msgen import __version__
+from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
 from msgen.base.tree import MANIFEST
 from msgen.diagnostics import printable
@@ -90,7 +91,7 @@ def emit(plan: Plan, spec_path: str, sets: tuple[str, ...] = ()) -> dict[str, st
         world_size=len(cluster.nodes) * cluster.per_node,
         spec_path=spec_path,
         spec_sha256=spec.sha256,
-        stage_ranks=tuple(stage * spec.mesh.dp * spec.mesh.tp for stage in range(spec.mesh.pp)),
+        stage_ranks=RankMesh.of(spec).first_ranks(),
     )
     files = {
         "model.py": render_model(context),

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
 from msgen.analysis.switches import switches
 from msgen.ir.devices import DEVICES
 from msgen.ir.models import OpNode, Spec
+from msgen.ops import OPS
 from msgen.ops.base import Work
 
 
@@ -60,12 +62,6 @@ KERNELS = {
 }
 ALL_FUSED = frozenset(KERNELS)
 
-# What the generated code runs fused on an Ascend device: flash attention where the
-# spec asks for it (templates/ops/attention.py.j2), and MC2 where its switch is set.
-# RMSNorm, SwiGLU and rope come from basic operators until the fused-kernel change
-# lands; it adds them here.
-GENERATED_ON_ASCEND = frozenset({"flash"})
-
 
 def op_kernels(node: OpNode) -> tuple[str, ...]:
     """The kernels of KERNELS an op runs one way or the other."""
@@ -77,12 +73,24 @@ def op_kernels(node: OpNode) -> tuple[str, ...]:
 
 
 def generated(plan: Plan) -> frozenset[str]:
-    """The kernels the generated code of a plan runs fused: GENERATED_ON_ASCEND and
-    MC2 (where its switch is set) on an Ascend device, none elsewhere."""
-    device = DEVICES.get(plan.spec.cluster.device)
+    """The kernels the generated code of a plan runs fused: on an Ascend device, those
+    whose primitive some op of the plan runs there (its op's `fused_kernels`, what
+    model.py's fused_kernels() builds), and MC2 where its switch is set; none
+    elsewhere, where the basic path runs."""
+    spec = plan.spec
+    device = DEVICES.get(spec.cluster.device)
     if device is None or device.target != "Ascend":
         return frozenset()
-    return GENERATED_ON_ASCEND | ({"mc2"} if switches(plan).mc2 else set())
+    ctx = context(spec)
+    built = {
+        primitive
+        for name in ("network", *(r.layer for r in plan.repeats))
+        for of in plan.graph(name).ops.values()
+        if of.layout is not None and OPS[of.node.kind].fused_roles
+        for primitive, _ in OPS[of.node.kind].fused_kernels(of.node, of.layout, ctx)
+    }
+    fused = {k.name for k in KERNELS.values() if k.fused in built}
+    return frozenset(fused | ({"mc2"} if switches(plan).mc2 else set()))
 
 
 def as_run(node: OpNode, fused: frozenset[str]) -> OpNode:

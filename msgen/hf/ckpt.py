@@ -30,7 +30,7 @@ from msgen.ckpt.slices import slice_of
 from msgen.ckpt.transform import load
 from msgen.diagnostics import printable
 from msgen.hf.config import HfModel, model_of, read_config
-from msgen.hf.layout import hf_names, hf_shapes, msgen_prefix, to_hf, to_msgen
+from msgen.hf.layout import hf_names, hf_shapes, msgen_shapes, to_hf, to_msgen
 from msgen.hf.tensors import (
     as_float32,
     encode,
@@ -111,11 +111,7 @@ def from_hf(result, options: CkptOptions) -> int:
                 f"config.json makes it {list(shape)} (another model?)"
             )
 
-    def zeros(name: str) -> np.ndarray:  # shapes only: checked before any data is read
-        return np.broadcast_to(np.float32(0), shapes[name])
-
-    expected = spec_params(result)
-    check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, expected)
+    check_tensors(msgen_shapes(model), spec_params(result))  # before any data is read
 
     def load(name: str) -> np.ndarray:
         array, dtype = read_tensor(files[name], name, headers[files[name]])
@@ -128,7 +124,7 @@ def from_hf(result, options: CkptOptions) -> int:
     inputs = {"the Hugging Face folder": options.source}
     with claim(options.output, inputs, options.force, forms) as held:
         if stages:
-            count = _write_ranks(model, load, zeros, stages, param, held.staged, held.work)
+            count = _write_ranks(model, load, stages, param, held.staged, held.work)
             wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
         else:
             tensors = (
@@ -168,21 +164,15 @@ def _append(data: bytes, paths: list[Path]) -> None:
             out.write(data)
 
 
-def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path, work: Path) -> int:
+def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
     beside them (so the folder merges as a run does). Stage by stage, each tensor the
     stage holds is read once and its slice for every rank of the stage appended to that
     rank's file: host memory is one tensor and its slices."""
 
-    prefixes = {n: msgen_prefix(model, n) for n in hf_names(model)}
     rank = 0
     for stage in stages:
         needed = {n for n in stage.layouts if not n.startswith(MOMENTS + ("accu_grads.",))}
-        read = {h for h, pre in prefixes.items() if any(n.startswith(pre) for n in needed)}
-
-        def get(name: str, read=read) -> np.ndarray:  # another stage's: its shape, unread
-            return load(name) if name in read else zeros(name)
-
         folders = [output / f"rank_{rank + local}" for local in range(stage.devices)]
         for folder in folders:
             folder.mkdir()
@@ -191,9 +181,7 @@ def _write_ranks(model: HfModel, load, zeros, stages, param, output: Path, work:
         scratch = work / "slice.ckpt"  # save_checkpoint appends .ckpt otherwise
         for path in files:
             path.write_bytes(b"")
-        for name, array in to_msgen(model, get):
-            if name not in needed:
-                continue
+        for name, array in to_msgen(model, load, needed):  # the stage's tensors only
             # the ranks holding each slice (replicas hold the same view), one
             # encoding of it in memory at a time
             holders: dict[tuple, tuple[np.ndarray, list[Path]]] = {}
@@ -238,13 +226,8 @@ def _same_model(model: HfModel, result, where: str) -> None:
     the tensors transformers would give it, converted): checked before anything is
     read, so a config of another model is one line, not a failed conversion."""
     _same_layers(model, result, where)
-    shapes = hf_shapes(model)
-
-    def zeros(name: str) -> np.ndarray:
-        return np.broadcast_to(np.float32(0), shapes[name])
-
     try:
-        check_tensors({n: a.shape for n, a in to_msgen(model, zeros)}, spec_params(result))
+        check_tensors(msgen_shapes(model), spec_params(result))
     except UsageError as exc:
         raise UsageError(f"{where} is not the spec's model: {exc}") from None
 

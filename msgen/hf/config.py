@@ -1,10 +1,10 @@
-"""A Hugging Face `config.json` of the LLaMA, Qwen2 or Mistral family, read into the
-few numbers a spec needs, every one checked; anything msgen cannot reproduce exactly
-is refused with its name, never dropped.
+"""A Hugging Face `config.json` of the LLaMA, Qwen2, Qwen3, Mistral, Mixtral, Qwen2-MoE
+or Qwen3-MoE family, read into the few numbers a spec needs, every one checked; anything
+msgen cannot reproduce exactly is refused with its name, never dropped.
 
-The keys and their defaults are transformers' own (`models/llama/configuration_llama.py`,
-`models/qwen2/configuration_qwen2.py`, `models/mistral/configuration_mistral.py`); the
-modelling facts each family adds are those of its `modeling_*.py`, cited where used.
+The keys and their defaults are transformers' own (`models/<family>/configuration_*.py`
+of transformers 4.57); the modelling facts each family adds are those of its
+`modeling_*.py`, cited where used. The experts' keys are read in msgen.hf.experts.
 """
 
 from __future__ import annotations
@@ -15,13 +15,49 @@ from pathlib import Path
 from msgen.base.readers import Bool, Int, List, Nullable, Num, Obj, Str, load_json
 from msgen.base.status import UsageError
 from msgen.diagnostics import printable
+from msgen.hf.experts import DEFAULTS, MOE_KEYS, ExpertsError, HfMoe, moe_of, moe_params
 from msgen.lowering.evaluate import DIM_LIMIT
+from msgen.ops.rope_scaling import REFUSED, SIGNATURES, ScalingError, resolved
 
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB; anything near this is not one
 
+# rope_scaling's numbers as transformers 4.57's modeling_rope_utils reads them
+ROPE_SCALING_NUMBERS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+)
+
 # model_type -> family. Qwen2 has q/k/v biases and no key for them
 # (modeling_qwen2.py, Qwen2Attention: q_proj, k_proj, v_proj bias=True, o_proj bias=False).
-FAMILIES = {"llama": "llama", "qwen2": "qwen2", "mistral": "mistral"}
+FAMILIES = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "mistral": "mistral",
+    "mixtral": "mixtral",
+    "qwen3_moe": "qwen3_moe",
+    "qwen2_moe": "qwen2_moe",
+}
+# head_dim when config.json has none: Qwen3Config's own default is 128
+# (configuration_qwen3.py); the others derive it, hidden / heads.
+HEAD_DIM_DEFAULT = {"qwen3": 128}
+# which layers the sliding window covers, per family: every layer (modeling_mistral.py,
+# modeling_mixtral.py), from max_window_layers on when use_sliding_window
+# (configuration_qwen2.py, configuration_qwen3.py: layer_types), every layer when
+# use_sliding_window (configuration_qwen3_moe.py sets sliding_window to None otherwise)
+WINDOWS = {
+    "mistral": "all",
+    "mixtral": "all",
+    "qwen2": "from max_window_layers",
+    "qwen3": "from max_window_layers",
+    "qwen3_moe": "when used",
+}
 
 # transformers' DTYPE names -> (compute dtype, parameter dtype). bf16 and fp16 train with
 # fp32 parameters, as mindformers keeps them (param_init_type float32 in its configs).
@@ -61,6 +97,26 @@ class HfModel:
     dtype: str
     param_dtype: str
     notes: tuple[str, ...] = field(default=())
+    # RoPE scaling: its rope_type and parameters (msgen.ops.rope_scaling), None for plain
+    rope_scaling: tuple[str, tuple[tuple[str, float | bool], ...]] | None = None
+    qk_norm: bool = False  # Qwen3's RMSNorm of each head of q and k
+    moe: HfMoe | None = None  # the experts, and which layers have them
+
+    @property
+    def untied(self) -> bool:
+        return not self.tied
+
+    @property
+    def q_rows(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_rows(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def sparse(self, layer: int) -> bool:
+        """Whether Hugging Face layer `layer` has experts (else the dense MLP)."""
+        return self.moe is not None and self.moe.sparse[layer]
 
     @property
     def head_dim_is_derived(self) -> bool:
@@ -71,13 +127,17 @@ class HfModel:
         """The model's parameter count as transformers builds it: embeddings, per layer
         q/k/v/o (+ biases), the MLP's gate/up/down (+ biases) and two RMSNorm weights,
         the final norm, and the output layer unless tied."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        q, kv = self.q_rows, self.kv_rows
         attention = self.hidden * (q + 2 * kv) + q * self.hidden
         attention += (q + 2 * kv) * self.qkv_bias + self.hidden * self.o_bias
+        attention += 2 * self.head_dim * self.qk_norm
         mlp = 3 * self.hidden * self.ffn + (2 * self.ffn + self.hidden) * self.mlp_bias
-        layer = attention + mlp + 2 * self.hidden
+        sparse = sum(self.sparse(i) for i in range(self.layers))
+        layers = self.layers * (attention + 2 * self.hidden) + (self.layers - sparse) * mlp
+        if self.moe is not None:
+            layers += sparse * moe_params(self.moe, self.hidden)
         head = 0 if self.tied else self.vocab * self.hidden
-        return self.vocab * self.hidden + self.layers * layer + self.hidden + head
+        return self.vocab * self.hidden + layers + self.hidden + head
 
 
 # Every key msgen reads, typed and bounded, per family: a dim is a positive integer
@@ -87,7 +147,19 @@ class HfModel:
 # sliding_window, rope_scaling). Keys msgen does not read are left alone.
 _DIM = Int(1, DIM_LIMIT - 1)
 _NAME = Str(max_len=64)  # a model type, an activation, a dtype: short words
-_ROPE = Nullable(Obj(optional={"rope_type": _NAME, "type": _NAME, "rope_theta": Num()}))
+_SCALE = Nullable(Num(0.0, None))
+_ROPE = Nullable(
+    Obj(
+        optional={
+            "rope_type": _NAME,
+            "type": _NAME,
+            "rope_theta": Num(),
+            **{key: _SCALE for key in ROPE_SCALING_NUMBERS},
+            "original_max_position_embeddings": Nullable(_DIM),
+            "truncate": Bool(),
+        }
+    )
+)
 _COMMON = {
     "hidden_act": _NAME,
     "num_key_value_heads": Nullable(_DIM),
@@ -111,18 +183,21 @@ _REQUIRED = {
     "rms_norm_eps": Num(),  # read, never assumed
 }
 _WINDOW = {"sliding_window": Nullable(_DIM), "layer_types": List(_NAME, max_len=DIM_LIMIT)}
+_USED_WINDOW = {**_WINDOW, "use_sliding_window": Bool(), "max_window_layers": Int(0, DIM_LIMIT - 1)}
+# the experts' families name their expert width elsewhere (Mixtral: intermediate_size;
+# Qwen3-MoE: moe_intermediate_size, intermediate_size the dense layers')
+# (optional there, with transformers' defaults: msgen.hf.experts)
+_SPARSE = {k: v for k, v in _REQUIRED.items() if k != "intermediate_size"}
 SCHEMAS = {
     "llama": Obj(_REQUIRED, {**_COMMON, "mlp_bias": Bool()}),
-    "qwen2": Obj(
-        _REQUIRED,
-        {
-            **_COMMON,
-            **_WINDOW,
-            "use_sliding_window": Bool(),
-            "max_window_layers": Int(0, DIM_LIMIT - 1),
-        },
-    ),
+    "qwen2": Obj(_REQUIRED, {**_COMMON, **_USED_WINDOW}),
+    "qwen3": Obj(_REQUIRED, {**_COMMON, **_USED_WINDOW}),
     "mistral": Obj(_REQUIRED, {**_COMMON, **_WINDOW}),
+    "mixtral": Obj(_SPARSE, {**_COMMON, **_WINDOW, **MOE_KEYS["mixtral"]}),
+    "qwen3_moe": Obj(_SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen3_moe"]}),
+    "qwen2_moe": Obj(
+        _SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen2_moe"], "qkv_bias": Bool()}
+    ),
 }
 
 
@@ -150,18 +225,16 @@ def _float(config: dict, key: str) -> float:
     return float(value)
 
 
+def _rope_source(config: dict) -> dict:
+    """The RoPE settings: transformers 5's `rope_parameters`, else transformers 4's
+    `rope_scaling` (with `rope_theta` beside it)."""
+    return config.get("rope_parameters") or config.get("rope_scaling") or {}
+
+
 def _rope(config: dict) -> float:
     """rope_theta from the transformers 4 form (`rope_theta`, `rope_scaling`) or the
-    transformers 5 form (`rope_parameters`); any scaling but `default` is refused."""
+    transformers 5 form (`rope_parameters`)."""
     params = config.get("rope_parameters")
-    for source in (params, config.get("rope_scaling")):
-        kind = (source or {}).get("rope_type", (source or {}).get("type", "default"))
-        if kind != "default":
-            raise HfConfigError(
-                f"rope_type {kind!r} is not supported: msgen's attention has plain RoPE "
-                "only (rope_type 'default'); llama3, yarn, linear, dynamic and longrope "
-                "scaling would change the model"
-            )
     if params and "rope_theta" in params:
         return _float(params, "rope_theta")
     if "rope_theta" in config:
@@ -169,12 +242,42 @@ def _rope(config: dict) -> float:
     return 10000.0  # transformers' default for all three families
 
 
+def _rope_scaling(config: dict) -> tuple[str, tuple[tuple[str, float | bool], ...]] | None:
+    """The RoPE scaling and the parameters transformers 4.57 reads for it
+    (modeling_rope_utils: ROPE_INIT_FUNCTIONS), None for plain RoPE; a scaling msgen
+    does not reproduce, or a parameter missing or out of range, refused naming it."""
+    source = _rope_source(config)
+    kind = source.get("rope_type", source.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind in REFUSED:
+        raise HfConfigError(f"rope_type {kind!r} is not supported: {REFUSED[kind]}")
+    if kind not in SIGNATURES:
+        raise HfConfigError(
+            f"rope_type {kind!r} is not supported: msgen takes default, " + ", ".join(SIGNATURES)
+        )
+    required, optional = SIGNATURES[kind]
+    given = {k: source[k] for k in (*required, *optional) if source.get(k) is not None}
+    context = config.get("max_position_embeddings")
+    if kind == "yarn" and "original_max_position_embeddings" not in given and context:
+        given["original_max_position_embeddings"] = context  # transformers' fallback
+    where = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    missing = [k for k in required if k not in given]
+    if missing:
+        raise HfConfigError(f"{where} of rope_type {kind!r} lacks {missing[0]}")
+    try:
+        resolved(kind, given)
+    except ScalingError as exc:
+        raise HfConfigError(f"{where}.{exc.key}: {exc.message}") from None
+    return kind, tuple(given.items())
+
+
 def _window(config: dict, family: str, layers: int) -> tuple[int | None, int]:
     """The sliding window and the first layer it applies to. Mistral's applies to every
     layer (modeling_mistral.py); Qwen2's only with use_sliding_window, and only from
     max_window_layers on (configuration_qwen2.py: layer_types); LLaMA has none."""
     window = config.get("sliding_window")
-    if family == "llama" or window is None:
+    if family not in WINDOWS or window is None:
         return None, layers
     kinds = config.get("layer_types")
     if kinds is not None:  # transformers >= 4.53 writes the per-layer kinds out
@@ -189,12 +292,13 @@ def _window(config: dict, family: str, layers: int) -> tuple[int | None, int]:
                 "not write (full attention first, then the sliding window)"
             )
         return window, sliding[0]
-    if family == "qwen2":
+    start = 0
+    if WINDOWS[family] != "all" and not config.get("use_sliding_window", False):
+        return None, layers
+    if WINDOWS[family] == "from max_window_layers":
         start = _given(config, "max_window_layers", layers)
-        if not config.get("use_sliding_window", False) or start >= layers:
+        if start >= layers:
             return None, layers
-    else:
-        start = 0
     return window, start
 
 
@@ -218,9 +322,16 @@ def model_of(config: dict, name: str = "config.json") -> HfModel:
             + ", ".join(sorted(FAMILIES))
         )
     family = FAMILIES[kind]
+    experts = [key for key in ("num_local_experts", "num_experts") if key in config]
+    if family not in MOE_KEYS and experts:
+        raise HfConfigError(
+            f"{name}: model_type {kind!r} with {experts[0]}: transformers builds a dense "
+            f"{kind} model and never reads the experts' keys; a mixture of experts has "
+            "model_type mixtral, qwen2_moe or qwen3_moe"
+        )
     try:
         return _model(SCHEMAS[family].check(config, name), family)
-    except HfConfigError as exc:
+    except (HfConfigError, ExpertsError) as exc:
         raise HfConfigError(f"{name}: {exc}") from None
 
 
@@ -234,12 +345,31 @@ def _model(config: dict, family: str) -> HfModel:
     kv_heads = _given(config, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise HfConfigError(f"num_key_value_heads = {kv_heads} does not divide heads = {heads}")
-    head_dim = _given(config, "head_dim", hidden // heads)
+    head_dim = _given(config, "head_dim", HEAD_DIM_DEFAULT.get(family, hidden // heads))
     if head_dim * heads != hidden and config.get("head_dim") is None:
         raise HfConfigError(f"hidden_size {hidden} is not a multiple of {heads} heads")
+    if family == "qwen2_moe" and config.get("use_sliding_window", False):
+        raise HfConfigError(
+            "use_sliding_window is true: Qwen2-MoE's attention implementations disagree "
+            "on which layers it covers (modeling_qwen2_moe.py: the flash path from "
+            "max_window_layers on, the mask for every layer)"
+        )
     window, window_from = _window(config, family, layers)
     dtype, param_dtype, notes = _dtype(config)
     attention_bias = config.get("attention_bias", False)
+    eps = _float(config, "rms_norm_eps")
+    qk_norm = family in ("qwen3", "qwen3_moe")  # modeling_qwen3*.py: q_norm, k_norm
+    if qk_norm and eps != 1e-6:
+        raise HfConfigError(
+            f"rms_norm_eps = {eps!r}: Qwen3's q/k norms use it, and msgen's attention "
+            "qk_norm has eps 1e-6"
+        )
+    moe = moe_of(config, family, layers) if family in MOE_KEYS else None
+    if moe is not None and moe.aux_coef and not config.get("output_router_logits", False):
+        notes += (
+            "router_aux_loss_coef is trained with (transformers adds it to the loss only "
+            "with output_router_logits)",
+        )
     return HfModel(
         family=family,
         vocab=config["vocab_size"],
@@ -248,17 +378,23 @@ def _model(config: dict, family: str) -> HfModel:
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        ffn=config["intermediate_size"],
-        eps=_float(config, "rms_norm_eps"),
+        ffn=config.get("intermediate_size") or DEFAULTS[family]["intermediate_size"],
+        eps=eps,
         tied=config.get("tie_word_embeddings", False),
-        qkv_bias=family == "qwen2" or attention_bias,
-        o_bias=family != "qwen2" and attention_bias,
+        # Qwen2-MoE's q/k/v biases: its own key, default true (configuration_qwen2_moe.py)
+        qkv_bias=family == "qwen2"
+        or config.get("qkv_bias", family == "qwen2_moe")
+        or attention_bias,
+        o_bias=family not in ("qwen2", "qwen2_moe") and attention_bias,
         mlp_bias=family == "llama" and config.get("mlp_bias", False),
         rope_theta=_rope(config),
+        rope_scaling=_rope_scaling(config),
         max_positions=config.get("max_position_embeddings"),
         window=window,
         window_from=window_from,
         dtype=dtype,
         param_dtype=param_dtype,
         notes=notes,
+        qk_norm=qk_norm,
+        moe=moe,
     )

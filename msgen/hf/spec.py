@@ -1,7 +1,8 @@
 """An HfModel as MSL text: the LLaMA-style block (RMSNorm, fused q/k/v laid out per kv
-group, RoPE, SwiGLU as separate gate and up projections, no biases unless the model has
-them), a sliding-window layer kind where the model has one, and a mesh, cluster and
-training setup to start from. The caller lays the text out with `msgen fmt`.
+group, RoPE, q/k norms where the model has them, SwiGLU as separate gate and up
+projections or the experts, no biases unless the model has them), a layer kind per
+sort of layer (msgen.hf.kinds), and a mesh, cluster and training setup to start from.
+The caller lays the text out with `msgen fmt`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from msgen.checks.reserved import class_clash
 from msgen.hf.config import HfModel
+from msgen.hf.kinds import Run, runs
 
 # Documentation addresses (RFC 5737) stand in for servers the user has not named yet:
 # estimate and plan need only their count; compile's rank table needs the real ones.
@@ -44,37 +46,65 @@ def _bias(flag: bool) -> str:
     return "" if flag else ", bias = false"
 
 
-def _layer(name: str, m: HfModel, window: bool) -> str:
-    rope = "" if m.rope_theta == 10000.0 else f", rope_theta = {m.rope_theta!r}"
-    band = ", window = window" if window else ""
+def _rope_scaling(m: HfModel) -> str:
+    """`, rope_scaling = llama3(factor = 8.0, ...)`, as the config sets it."""
+    if m.rope_scaling is None:
+        return ""
+    kind, params = m.rope_scaling
+    shown = (f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}" for k, v in params)
+    return f", rope_scaling = {kind}({', '.join(shown)})"
+
+
+def _feed_forward(m: HfModel, sparse: bool) -> str:
+    """The layer's MLP, SwiGLU as separate gate and up projections, or its experts:
+    dropless, routed as transformers routes (msgen.hf.experts)."""
+    if sparse:
+        e = m.moe
+        norm = "" if e.norm_topk else ", norm_topk = false"
+        aux = f", aux_loss = {e.aux_loss!r}" if e.aux_loss else ""
+        shared = ", shared_ffn = shared_ffn, shared_sigmoid = true" if e.shared_ffn else ""
+        return (
+            f"    moe  = moe(n2, experts = {e.experts}, top_k = {e.top_k}, ffn = moe_ffn"
+            f"{shared}{norm}{aux})\n    output h + moe\n"
+        )
     mlp = _bias(m.mlp_bias)
-    return f"""
-layer {name} {{
-    input x : [batch, seq, hidden] @ [dp, 1, 1]
-    n1   = rmsnorm(x, eps = {m.eps!r})
-    qkv  = linear(n1, (heads + 2 * kv_heads) * head_dim{_bias(m.qkv_bias)}) weight @ [1, tp]
-    att  = attention(qkv, heads = heads, kv_heads = kv_heads, causal = true, rope = true{rope}{band}, flash = true) @ [dp, 1, tp]
-    o    = linear(att, hidden{_bias(m.o_bias)}) weight @ [tp, 1]
-    h    = x + o
-    n2   = rmsnorm(h, eps = {m.eps!r})
-    gate = linear(n2, ffn{mlp}) weight @ [1, tp]
+    return f"""    gate = linear(n2, ffn{mlp}) weight @ [1, tp]
     up   = linear(n2, ffn{mlp}) weight @ [1, tp]
     act  = silu(gate)
     mlp  = act * up
     down = linear(mlp, hidden{mlp}) weight @ [tp, 1]
     output h + down
-}}
 """
 
 
-def _body(m: HfModel) -> str:
-    """The repeats, in layer order: full-attention layers, then sliding-window ones."""
-    if m.window is None or m.window_from == 0:
-        return "    body   = repeat decoder(emb) layers\n"
-    return (
-        f"    full   = repeat decoder(emb) {m.window_from}\n"
-        f"    body   = repeat decoder_swa(full) layers - {m.window_from}\n"
-    )
+def _layer(m: HfModel, run: Run) -> str:
+    rope = "" if m.rope_theta == 10000.0 else f", rope_theta = {m.rope_theta!r}"
+    rope += _rope_scaling(m)
+    band = ", window = window" if run.window else ""
+    norm = ", qk_norm = true" if m.qk_norm else ""
+    return f"""
+layer {run.kind} {{
+    input x : [batch, seq, hidden] @ [dp, 1, 1]
+    n1   = rmsnorm(x, eps = {m.eps!r})
+    qkv  = linear(n1, (heads + 2 * kv_heads) * head_dim{_bias(m.qkv_bias)}) weight @ [1, tp]
+    att  = attention(qkv, heads = heads, kv_heads = kv_heads, causal = true, rope = true{rope}{band}{norm}, flash = true) @ [dp, 1, tp]
+    o    = linear(att, hidden{_bias(m.o_bias)}) weight @ [tp, 1]
+    h    = x + o
+    n2   = rmsnorm(h, eps = {m.eps!r})
+{_feed_forward(m, run.sparse)}}}
+"""
+
+
+def _body(found: tuple[Run, ...]) -> str:
+    """The repeats, in layer order, the last one's count `layers` less the others'."""
+    lines, x = [], "emb"
+    for n, run in enumerate(found):
+        last = n == len(found) - 1
+        count = "layers" + "".join(f" - {r.count}" for r in found[:-1]) if last else run.count
+        out = "body" if last else f"part{n + 1}"
+        lines.append(f"    {out:<6} = repeat {run.kind}({x}) {count}\n")
+        x = out
+    return "".join(lines)
 
 
 def _nodes(setup: Setup) -> str:
@@ -88,14 +118,21 @@ def spec_text(m: HfModel, setup: Setup, source: str) -> str:
     """The spec for `m` run as `setup`, unformatted; `source` names the config."""
     head_dim = "hidden / heads" if m.head_dim_is_derived else str(m.head_dim)
     window = f"    window   = {m.window}\n" if m.window is not None else ""
-    kinds = [_layer(kind, m, window) for kind, window in _kinds(m)]
+    found = runs(m)
+    kinds = [_layer(m, run) for run in found]
+    ffn = f"    ffn      = {m.ffn}\n" if any(not r.sparse for r in found) else ""
+    if m.moe is not None:
+        ffn += f"    moe_ffn  = {m.moe.ffn}\n"
+    if m.moe is not None and m.moe.shared_ffn:
+        ffn += f"    shared_ffn = {m.moe.shared_ffn}\n"
     if m.tied:
         logits = "    logits = linear(norm, vocab, tie = emb)\n"
     else:
         logits = "    logits = linear(norm, vocab, bias = false) weight @ [1, tp]\n"
-    recompute = "".join(f"    {kind} = full\n" for kind, _ in _kinds(m))
+    recompute = "".join(f"    {run.kind} = full\n" for run in found)
     per_node = min(setup.devices, setup.per_node)
     micro_batches = setup.global_batch // setup.dp
+    ep = "    ep = 1\n" if m.moe is not None else ""
     return f"""# {setup.name}: imported from {source} ({m.family} family, {m.params:,} parameters).
 # The cluster addresses are placeholders until you name your servers.
 msl 0.1
@@ -106,8 +143,7 @@ model {setup.name} {{
     heads    = {m.heads}
     kv_heads = {m.kv_heads}
     head_dim = {head_dim}
-    ffn      = {m.ffn}
-    layers   = {m.layers}
+{ffn}    layers   = {m.layers}
     seq      = {setup.seq}
 {window}    dtype    = {m.dtype}
     param_dtype = {m.param_dtype}
@@ -123,12 +159,12 @@ mesh {{
     dp = {setup.dp}
     tp = {setup.tp}
     pp = {setup.pp}
-}}
+{ep}}}
 {''.join(kinds)}
 network {{
     input tokens : [batch, seq] @ [dp, 1]
     emb    = embedding(tokens, vocab, hidden) table @ [tp, 1]
-{_body(m)}    norm   = rmsnorm(body, eps = {m.eps!r})
+{_body(found)}    norm   = rmsnorm(body, eps = {m.eps!r})
 {logits}    output cross_entropy(logits, tokens)
 }}
 
@@ -150,12 +186,3 @@ train {{
     seed         = 1234
 }}
 """
-
-
-def _kinds(m: HfModel) -> tuple[tuple[str, bool], ...]:
-    """The layer kinds in network order, each with whether it has the sliding window:
-    one kind when every layer is alike, else full attention then the window (Qwen2's
-    layers from max_window_layers on)."""
-    if m.window is None or m.window_from == 0:
-        return (("decoder", m.window is not None),)
-    return (("decoder", False), ("decoder_swa", True))

@@ -44,17 +44,27 @@ class TensorRef(Node):
     name: str
 
 
+class Call(Node):
+    """`adamw(lr = 3e-4, ...)` or `cosine(warmup = 2000, ...)`, or an
+    op argument written as one (attention's `rope_scaling = llama3(factor = 8, ...)`)."""
+
+    name: str
+    args: dict[str, int | float | bool | str] = Field(default_factory=dict)
+    arg_spans: dict[str, Span] = Field(default_factory=dict)
+
+
 class OpNode(Node):
     """One statement of a layer or network: `name = kind(inputs, args) annots`.
 
     `inputs` are the tensor operands in order; `args` are the evaluated
-    non-tensor arguments by name (dims, floats, bools, or an op name for `tie`).
+    non-tensor arguments by name (dims, floats, bools, an op name for `tie`, or a
+    `name(key = value, ...)` form).
     """
 
     name: str
     kind: str
     inputs: tuple[TensorRef, ...] = ()
-    args: dict[str, int | float | bool | str] = Field(default_factory=dict)
+    args: dict[str, int | float | bool | str | Call] = Field(default_factory=dict)
     arg_spans: dict[str, Span] = Field(default_factory=dict)
     out_sharding: Sharding | None = None
     param_shardings: dict[str, Sharding] = Field(default_factory=dict)
@@ -141,14 +151,6 @@ class FusionGroup(Node):
     buckets_span: Span | None = None
 
 
-class Call(Node):
-    """`adamw(lr = 3e-4, ...)` or `cosine(warmup = 2000, ...)`."""
-
-    name: str
-    args: dict[str, int | float | bool | str] = Field(default_factory=dict)
-    arg_spans: dict[str, Span] = Field(default_factory=dict)
-
-
 class Checkpoint(Node):
     every: int
     keep: int
@@ -172,6 +174,7 @@ class Train(Block):
     log_every: int = 10  # steps between console lines (log.csv has every step)
     # output projections of repeated layers initialised with std 0.02 / sqrt(2 * layers)
     scaled_init: bool = True
+    mtp: Call | None = None  # `mtp(depth = 1, weight = 0.1)`: multi-token prediction
 
 
 class Budget(Block):

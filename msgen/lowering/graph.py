@@ -245,6 +245,11 @@ class GraphLowering(Reader):
                     )
                     return None
                 args[arg.name] = expr.name
+            elif arg.kind == "call":
+                form = self.call(expr, f"`{arg.name}` of {kind}", ev)
+                if form is None:
+                    return None
+                args[arg.name] = form
             elif arg.kind == "bool":
                 if not (isinstance(expr, ast.Name) and expr.name in ("true", "false")):
                     self.err("MSL116", f"`{arg.name}` of {kind} is `true` or `false`", expr.span)

@@ -1,14 +1,18 @@
-"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, window, flash, dropout,
-qk_norm)` over a fused QKV.
+"""`attention(qkv, heads, kv_heads, causal, rope, rope_theta, rope_scaling, window, flash,
+dropout, qk_norm)` over a fused QKV.
 
 qkv is [batch, seq, (heads + 2 * kv_heads) * head_dim], laid out per kv group
 (its query heads, then its k, then its v), so a split of the last dim splits
 whole groups. Output is [batch, seq, heads * head_dim]. `qk_norm` normalises each head of q and k
 (RMSNorm over head_dim, eps 1e-6, before rope) with the parameters q_norm and k_norm
-[head_dim], as Qwen3 (transformers' Qwen3Attention).
+[head_dim], as Qwen3 (transformers' Qwen3Attention). `rope_scaling = llama3(...)`,
+`yarn(...)` or `linear(...)` scales rope's frequencies (and with yarn its cos and sin)
+as transformers does (msgen.ops.rope_scaling); it changes no shape, memory or FLOPs.
 """
 
 from __future__ import annotations
+
+import json
 
 from msgen.ops.base import (
     Arg,
@@ -24,6 +28,7 @@ from msgen.ops.base import (
     tensor_bytes,
 )
 from msgen.ops.linear import without
+from msgen.ops.rope_scaling import ScalingError, frequencies_source, resolved
 
 
 def head_dim(node, ctx) -> int:
@@ -43,6 +48,32 @@ def window_cells(seq: int, window: int) -> int:
     return w * seq - w * (w - 1) // 2
 
 
+def check_scaling(node) -> None:
+    """`rope_scaling` as msgen.ops.rope_scaling takes it, and only with rope."""
+    form = node.args["rope_scaling"]
+    if not node.args.get("rope"):
+        raise OpError("MSL119", "rope_scaling scales rope: it needs rope = true", "rope_scaling")
+    try:
+        resolved(form.name, form.args)
+    except ScalingError as e:
+        raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
+
+
+def py(value) -> str:
+    """A scaling parameter as Python source, strings in black's double quotes."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
+    """The scaling as the generated cell takes it, transformers' `rope_scaling` dict
+    (its `rope_type`, then each parameter set or defaulted), as items."""
+    form = node.args.get("rope_scaling")
+    if form is None:
+        return None
+    params = resolved(form.name, form.args)
+    return (("rope_type", form.name),) + tuple((k, v) for k, v in params.items() if v is not None)
+
+
 class Attention(OpDef):
     name = "attention"
     args = (
@@ -52,6 +83,7 @@ class Attention(OpDef):
         Arg("causal", "bool", False),
         Arg("rope", "bool", False),
         Arg("rope_theta", "float", 10000.0, within="(0, inf)"),
+        Arg("rope_scaling", "call", None),
         Arg("window", "int", None),
         Arg("flash", "bool", False),
         Arg("dropout", "float", 0.0, within="[0, 1)"),
@@ -66,18 +98,31 @@ class Attention(OpDef):
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
+    # with flash, FlashAttentionScore, picked on Ascend only (model.py's fused_kernels)
     setting_imports = {
-        "flash": (
-            "import mindspore as ms",
-            "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-        )
+        "flash": ("from mindspore.ops.operations.nn_ops import FlashAttentionScore",),
+        "rope": ("from mindspore.ops.auto_generate import RotaryPositionEmbedding",),
+        # the scaled frequencies' source (msgen/ops/rope_scaling/frequencies.py) reads math
+        "rope_scaling": ("import math",),
     }
+
+    # with rope, RotaryPositionEmbedding on Ascend; with flash, FlashAttentionScore
+    fused_roles = {"rope_kernel": "RotaryPositionEmbedding", "flash": "FlashAttentionScore"}
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)
         q = (sb, sh, 1, 1)
-        return (("scores", (q, q)),)
+        roles = [("scores", (q, q))]
+        if self.arg(node, "rope"):
+            # x split as the scores are (batch, heads), head_dim whole for the rotation's
+            # halves; the cos and sin tables whole, as mindformers shards the kernel
+            # (training_graph/base_models/common/embeddings/rope_utils.py)
+            roles.append(("rope_kernel", (q, (1, 1, 1, 1), (1, 1, 1, 1))))
+        if self.arg(node, "flash"):
+            # q, k, v split as the scores are, BNSD; a causal model's compressed mask whole
+            mask = ((1, 1),) if self.arg(node, "causal") else ()
+            roles.append(("flash", (q, q, q) + mask))
+        return tuple(roles)
 
     def settings(self, node, ctx):
         return {
@@ -87,6 +132,7 @@ class Attention(OpDef):
             "causal": self.arg(node, "causal"),
             "rope": self.arg(node, "rope"),
             "rope_theta": float(self.arg(node, "rope_theta")),
+            "rope_scaling": rope_scaling(node),
             "window": node.args.get("window"),
             "flash": self.arg(node, "flash"),
             "p": float(self.arg(node, "dropout")),
@@ -95,18 +141,27 @@ class Attention(OpDef):
 
     def helper_values(self, ops):
         # One Attention cell serves the model: it takes `flash` when any op asks for it,
-        # builds dropout primitives when any op drops out, and q/k norms when any has them.
+        # builds dropout primitives when any op drops out, q/k norms when any has them,
+        # and carries the scaled frequencies' source when any scales rope.
+        scaled = any(op.setting("rope_scaling") for op in ops)
         return {
             "flash": any(op.setting("flash") for op in ops),
             "dropout": any(op.setting("p") > 0 for op in ops),
             "qk_norm": any(op.setting("qk_norm") for op in ops),
+            "rope_scaling": scaled,
+            "rope_frequencies": frequencies_source() if scaled else "",
+            "rope": any(op.setting("rope") for op in ops),
         }
 
     def code(self, op, model):
         (qkv,) = op.inputs
         s = op.setting
-        extra = ", flash=True" if s("flash") else ""
+        extra = f", flash={op.strategy('flash')}" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
+        if s("rope_scaling"):
+            items = ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in s("rope_scaling"))
+            extra += f", rope_scaling={{{items}}}"
+        extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
             f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
@@ -135,6 +190,8 @@ class Attention(OpDef):
         hd = head_dim(node, ctx)
         if hd <= 0:
             raise OpError("MSL119", "head_dim must be positive", "heads")
+        if node.args.get("rope_scaling") is not None:
+            check_scaling(node)
         want = (heads + 2 * groups) * hd
         if qkv[-1] != want:
             raise OpError(
@@ -173,7 +230,9 @@ class Attention(OpDef):
         sb, _, sh = output.split
         item = ctx.dtype_bytes
         # backward needs the rotated q and k (and v), a tensor of qkv's size, or the
-        # normed ones without rope; the q/k norms' backward reads their input, qkv
+        # normed ones without rope; the q/k norms' backward reads their input, qkv.
+        # The fused rope saves nothing more: RotaryPositionEmbeddingGrad reads dy, cos
+        # and sin (ops/auto_generate/gen_ops_prim.py).
         rope, qk_norm = node.args.get("rope"), node.args.get("qk_norm")
         own = "qkv_rope" if rope else ("qk_normed" if qk_norm else None)
         saved = [Saved(f"{node.name}.{own}", qkv.shape, qkv.split, item, "internal")] if own else []

@@ -25,7 +25,9 @@ from msgen.ir.schema import REQUIRED
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str  # tensor | int | float | bool | op | name (one of `choices`)
+    # tensor | int | float | bool | op | name (one of `choices`) | call (`name(key = value)`,
+    # an ir.Call the op checks)
+    kind: str
     default: object = REQUIRED
     within: str | None = None  # a float's interval, "[0, 1)" or "(0, inf)" (MSL126)
     choices: tuple[str, ...] = ()  # a name's allowed values
@@ -218,6 +220,12 @@ class OpDef:
     # Its parameters stacked over experts: ep splits their first dim and nothing else
     # (msgen.checks.sharding), as the generated code splits them.
     expert_params: ClassVar[frozenset[str]] = frozenset()
+    # The roles of `strategies` that are MindSpore fused kernels, by the primitive's
+    # name: on Ascend the op's code runs that primitive with that strategy, elsewhere it
+    # composes the same computation from basic primitives (the 2.10 CPU build registers
+    # no kernel for RmsNorm, Swiglu or RotaryPositionEmbedding). plan.json and the
+    # strategy files list them (`fused_kernels`); model.py's `fused_kernels()` chooses.
+    fused_roles: ClassVar[dict[str, str]] = {}
 
     def arg(self, node: OpNode, name: str):
         """An argument as written, else its declared default."""
@@ -284,6 +292,14 @@ class OpDef:
         a role that is absent is not sharded. Default: one role `x`, the first input's."""
         return (("x", (factors(layout.inputs[0], ctx),)),)
 
+    def fused_kernels(self, node: OpNode, layout: Layout, ctx: Context):
+        """`(primitive, strategy)` of each fused kernel the op runs on Ascend."""
+        return tuple(
+            (self.fused_roles[role], strategy)
+            for role, strategy in self.strategies(node, layout, ctx)
+            if role in self.fused_roles
+        )
+
     def settings(self, node: OpNode, ctx: Context) -> dict:
         """What `code` needs beyond the op's inputs, parameters and strategies."""
         return {}
@@ -296,6 +312,12 @@ class OpDef:
     def helper_values(self, ops) -> dict:
         """What the op's helper-cell fragments (templates/ops/) are rendered with, given
         the emitter's records of every op of this kind in the model."""
+        return {}
+
+    def buffers(self, node: OpNode) -> dict[str, tuple[int, ...]]:
+        """State the op keeps beside its parameters, by name: not trained (no gradient,
+        no optimizer state, not in params_total), checkpointed and resharded whole
+        (moe's correction bias). Default: none."""
         return {}
 
     def imports_of(self, op=None) -> tuple[str, ...]:

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from math import ceil, prod
 
+from msgen.ops import moe_costs as costs
+from msgen.ops import moe_routing as routing
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -40,26 +42,20 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Param,
-    Saved,
     Snippet,
-    Work,
     declared,
     factors,
     lead,
     out_declared,
     partial_sum,
     replace_last,
-    saved_operand,
-    tensor_bytes,
 )
 from msgen.ops.linear import without
 from msgen.ops.moe_rows import (
     devices,
     effective,
-    expert_ffn_axes,
     expert_rows,
     expert_split,
-    groups,
     imbalance,
     maps_source,
     named,
@@ -67,16 +63,18 @@ from msgen.ops.moe_rows import (
     tokens,
 )
 
-FP32 = 4
-INDEX = 4  # int32 expert indices
-
-
 # The stacked experts' and shared experts' matrices, per activation, and the dim
 # of each split over tp ("in": the ffn dim is the input, row parallel).
 EXPERT = {"swiglu": ("gate", "up", "down"), "gelu": ("up", "down")}
 SHARED = {
     "swiglu": ("shared_gate", "shared_up", "shared_down"),
     "gelu": ("shared_up", "shared_down"),
+}
+
+# The matrices every rank holds whole, and why.
+WHOLE = {
+    "router": "every rank routes its tokens over all experts",
+    "shared_sigmoid": "its one output column scales each token's shared experts",
 }
 
 
@@ -88,16 +86,25 @@ class Moe(OpDef):
         Arg("top_k", "int"),
         Arg("ffn", "int"),
         Arg("shared_ffn", "int", 0),
+        Arg("shared_sigmoid", "bool", False),
         Arg("activation", "name", "swiglu", choices=("swiglu", "gelu")),
-        Arg("router", "name", "softmax", choices=("softmax", "sigmoid")),
-        Arg("norm_topk", "bool", True),
+        *routing.ARGS,
         Arg("capacity", "float", None, within="(0, inf)"),
         Arg("drop", "name", "probs", choices=("probs", "position")),
         Arg("aux_loss", "float", 0.0, within="[0, inf)"),
         Arg("z_loss", "float", 0.0, within="[0, inf)"),
         Arg("imbalance", "float", 1.0, within="[1, inf)"),
     )
-    params = ("router", "gate", "up", "down", "shared_gate", "shared_up", "shared_down")
+    params = (
+        "router",
+        "gate",
+        "up",
+        "down",
+        "shared_gate",
+        "shared_up",
+        "shared_down",
+        "shared_sigmoid",
+    )
     composite = True
     helpers = ("moe",)
     imports = (
@@ -157,8 +164,7 @@ class Moe(OpDef):
             "ffn": node.args["ffn"],
             "shared_ffn": self.arg(node, "shared_ffn"),
             "gated": self.arg(node, "activation") == "swiglu",
-            "sigmoid": self.arg(node, "router") == "sigmoid",
-            "norm_topk": self.arg(node, "norm_topk"),
+            **routing.settings(node),
             "capacity": None if capacity is None else float(capacity),
             "by_position": self.arg(node, "drop") == "position",
             "permute": capacity is None,
@@ -171,7 +177,14 @@ class Moe(OpDef):
 
     def helper_values(self, ops):
         # The MoE cell has the permuting dispatcher when some op of the model permutes.
-        return {"permute": any(op.setting("permute") for op in ops)}
+        # update_expert_bias when some moe op of the model has a correction bias
+        return {
+            "permute": any(op.setting("permute") for op in ops),
+            "biased": any(op.setting("bias_rate") is not None for op in ops),
+        }
+
+    def buffers(self, node) -> dict[str, tuple[int, ...]]:
+        return routing.buffers(node)
 
     def code(self, op, model):
         (x,) = op.inputs
@@ -190,9 +203,12 @@ class Moe(OpDef):
             make += f", inner={inner}, outer={outer}"
         if s("devices"):
             make += f", devices={s('devices')}"
-        aux = s("aux_loss") > 0 or s("z_loss") > 0
+        make += routing.keywords(s)
+        aux = s("aux_loss") > 0 or s("z_loss") > 0 or s("seq_aux_loss") > 0
         if aux:
             make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
+        if s("seq_aux_loss") > 0:
+            make += f", seq_aux_loss={s('seq_aux_loss')!r}"
         return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
 
     def active_params(self, node, params):
@@ -217,6 +233,14 @@ class Moe(OpDef):
         for arg in ("ffn", "shared_ffn"):
             if self.arg(node, arg) < 0 or (arg == "ffn" and node.args[arg] < 1):
                 raise OpError("MSL119", f"{arg} must be positive", arg)
+        routing.check(node)
+        if self.arg(node, "shared_sigmoid") and not self.arg(node, "shared_ffn"):
+            raise OpError(
+                "MSL119",
+                "shared_sigmoid gates the shared experts, and there are none",
+                "shared_sigmoid",
+                "give the shared experts a width (`shared_ffn = ...`) or drop shared_sigmoid",
+            )
         return x
 
     def param_shapes(self, node, inputs, ctx):
@@ -226,6 +250,8 @@ class Moe(OpDef):
         shapes = {"router": (h, e)}
         shapes |= {m: (e, f, h) if m == "down" else (e, h, f) for m in experts}
         shapes |= {m: (s, h) if m == "shared_down" else (h, s) for m in shared}
+        if self.arg(node, "shared_sigmoid"):
+            shapes["shared_sigmoid"] = (h, 1)
         return shapes
 
     def layout(self, node, inputs, out_shape, ctx):
@@ -254,20 +280,22 @@ class Moe(OpDef):
             if name == "router":
                 continue
             default = (ffn_axes, ()) if name.endswith("down") else ((), ffn_axes)
+            if name == "shared_sigmoid":
+                default = ((), ())
             if name in self.expert_params:
                 default = expert_split(node, ctx, name)
             split = declared(node, name, len(shape)) if name in node.param_shardings else default
             if name in self.expert_params and effective(split, ctx) != default:
                 raise split_error(node, name, split, default, dropless)
             params.append(Param(name, shape, split))
-        if params[0].split != ((), ()):
-            raise OpError(
-                "MSL210",
-                f"`router` of moe `{node.name}` cannot be split: every rank routes its tokens "
-                "over all experts",
-                "router",
-                "drop `router @ [...]`",
-            )
+        for p in params:
+            if p.name in WHOLE and p.split != ((), ()):
+                raise OpError(
+                    "MSL210",
+                    f"`{p.name}` of moe `{node.name}` cannot be split: {WHOLE[p.name]}",
+                    p.name,
+                    f"drop `{p.name} @ [...]`",
+                )
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
@@ -320,93 +348,7 @@ class Moe(OpDef):
         return back
 
     def saves(self, node, inputs, output, ctx):
-        """What backward reads, per micro-batch: x (the router's and shared experts'
-        input), the router's fp32 probabilities [tokens, experts] (softmax's or
-        sigmoid's backward reads its output) and the top-k weights and int32 indices,
-        the permuted token copies [rows, hidden] (the experts' matmul input), each
-        gated half and the activation [rows, ffn], and the experts' outputs
-        [rows, hidden] (the un-permute buffer: the weights' gradient reads it);
-        rows are `expert_rows` times the load imbalance when dropless, where each tp
-        rank takes its own share of them and the experts' ffn dim is whole. With a
-        capacity, the dispatch tensor and the combine tensor (dispatch times the
-        router weights) [rows, group tokens] in the compute dtype: the backward of the
-        batched matmuls that gather and scatter the slots reads them. The shared
-        experts save their gated halves and activation [tokens, shared_ffn]."""
-        (x,) = inputs
-        name, item = node.name, ctx.dtype_bytes
-        lead = x.split[:-1]
-        n, h = tokens(node, x.shape), x.shape[-1]
-        e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
-        rows = expert_rows(node, n, ctx)
-        if node.args.get("capacity") is None:
-            rows = ceil(rows * imbalance(node))
-        tok_split = (tuple(a for dim in lead for a in dim), ())
-        ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
-        expert_axes = expert_ffn_axes(node, ctx)
-        row_split = tok_split
-        if expert_axes != ffn_axes and "tp" not in tok_split[0]:
-            row_split = (tok_split[0] + ffn_axes, ())  # the dropless region's tp shares
-        experts, shared = self.matrices(node)
-        saved = [
-            saved_operand(node.inputs[0].name, x),
-            Saved(f"{name}.probs", (n, e), tok_split, FP32, "internal"),
-            Saved(f"{name}.topk_weights", (n, k), tok_split, FP32, "internal"),
-            Saved(f"{name}.topk_indices", (n, k), tok_split, INDEX, "internal"),
-            Saved(f"{name}.permuted", (rows, h), row_split, item, "internal"),
-        ]
-        ffn_split = (row_split[0], expert_axes)
-        for m in experts[:-1]:
-            saved.append(Saved(f"{name}.{m}", (rows, f), ffn_split, item, "internal"))
-        if len(experts) == 3:
-            saved.append(Saved(f"{name}.act", (rows, f), ffn_split, item, "internal"))
-        saved.append(Saved(f"{name}.expert_out", (rows, h), row_split, item, "internal"))
-        if node.args.get("capacity") is not None:
-            group = n // groups(ctx)
-            for m in ("dispatch", "combine"):
-                saved.append(Saved(f"{name}.{m}", (rows, group), row_split, item, "internal"))
-        s = self.arg(node, "shared_ffn")
-        for m in shared[:-1]:
-            saved.append(Saved(f"{name}.{m}", (n, s), (tok_split[0], ffn_axes), item, "internal"))
-        if len(shared) == 3:
-            saved.append(
-                Saved(f"{name}.shared_act", (n, s), (tok_split[0], ffn_axes), item, "internal")
-            )
-        return saved
+        return costs.saves(self, node, inputs, output, ctx)
 
     def work(self, node, inputs, output, ctx):
-        """Model FLOPs: the router (2 * tokens * hidden * experts) and the active
-        experts only, each matrix 2 * tokens * top_k * hidden * ffn, plus the shared
-        experts over every token. The kernels compute the capacity-padded rows and
-        the dispatch and combine matmuls (2 * slots * group tokens * hidden each, per
-        group), or the busiest expert rank's rows (times the load imbalance) when
-        dropless.
-        Memory-bound: the router's softmax, the permute and un-permute copies, the
-        activation and the weighted combine, over the routed copies dropless and the
-        padded slots with a capacity."""
-        (x,) = inputs
-        n, h = tokens(node, x.shape), x.shape[-1]
-        e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
-        experts, shared = self.matrices(node)
-        s = self.arg(node, "shared_ffn")
-        router = 2 * n * h * e
-        active = len(experts) * 2 * n * k * h * f
-        shared_flops = len(shared) * 2 * n * h * s
-        rows = expert_rows(node, n, ctx)
-        if node.args.get("capacity") is None:
-            rows = rows * imbalance(node)
-        kernel = router + int(len(experts) * 2 * rows * h * f) + shared_flops
-        if node.args.get("capacity") is not None:
-            # dispatch and combine: per group [slots, group tokens] x [group tokens, h]
-            kernel += 2 * 2 * rows * (n // groups(ctx)) * h
-        item = ctx.dtype_bytes
-        copies = expert_rows(node, n, ctx)  # the routed copies, or the padded slots
-        memory = (
-            tensor_bytes(inputs[0])
-            + tensor_bytes(output)
-            + 2 * n * e * FP32  # router probabilities written, read by top-k
-            + 4 * copies * h * item  # permute and un-permute: each reads and writes them
-            + 3 * copies * f * item  # the activation: two halves read, one written
-            + 2 * n * s * item * (len(shared) > 0)
-        )
-        return Work(matmul_flops=router + active + shared_flops, kernel_flops=kernel,
-                    memory_bytes=memory)  # fmt: skip
+        return costs.work(self, node, inputs, output, ctx)

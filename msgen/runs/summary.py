@@ -18,6 +18,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from statistics import median, quantiles
 
+from msgen.analysis.mesh import RankMesh
 from msgen.diagnostics import printable
 from msgen.runs.alarms import DEFAULT, Thresholds
 from msgen.runs.logs import RankLog, Run, finite
@@ -157,13 +158,13 @@ class Comparison:
     notes: tuple[str, ...]
 
 
-def stage_peaks(run: Run, ranks_per_stage: int) -> dict[int, int]:
+def stage_peaks(run: Run, mesh: RankMesh) -> dict[int, int]:
     """The largest measured peak memory of each stage's ranks."""
     out: dict[int, int] = {}
     for r in run.ranks:
         for _, x in r.series("peak_memory_bytes"):
             if finite(x) and x > 0:
-                stage = r.rank // ranks_per_stage
+                stage = mesh.stage_of(r.rank)
                 out[stage] = max(out.get(stage, 0), int(x))
     return out
 
@@ -178,7 +179,7 @@ class Prediction:
     device: str
     target: str  # MindSpore's device_target of `device` ("" when not in the catalogue)
     devices: int
-    ranks_per_stage: int
+    mesh: RankMesh
     tokens_per_step: int
     step_s: float | None
     tokens_per_s_per_device: float | None
@@ -189,7 +190,6 @@ class Prediction:
 def predict(result, device=None) -> Prediction:
     """The estimate of the analysed spec `result` (msgen.compiler.Result, estimable);
     `device` replaces the catalogue's (a calibration)."""
-    from msgen.analysis.mesh import RankMesh
     from msgen.analysis.plan import Plan
     from msgen.estimate.flops import tokens_per_step as spec_tokens
     from msgen.estimate.memory import estimate
@@ -207,7 +207,7 @@ def predict(result, device=None) -> Prediction:
         device=est.device.name if est.device else "",
         target=est.device.target if est.device else "",
         devices=mesh.devices,
-        ranks_per_stage=mesh.stride("pp"),
+        mesh=mesh,
         tokens_per_step=spec_tokens(plan),
         step_s=timing.step_s if timing else None,
         tokens_per_s_per_device=timing.tokens_per_s_per_device if timing else None,
@@ -241,7 +241,7 @@ def compare(run: Run, summary: Summary, p: Prediction) -> Comparison:
         )
     if p.step_s is None:
         notes.append(f"no step-time model for {p.device or 'this device'}")
-    peaks = stage_peaks(run, p.ranks_per_stage) if run.world == p.devices else {}
+    peaks = stage_peaks(run, p.mesh) if run.world == p.devices else {}
 
     def versus(predicted, measured):
         return Versus(predicted, measured) if predicted is not None else None

@@ -1,0 +1,106 @@
+"""The mapping tables: per Hugging Face family, every weight's Hugging Face name(s),
+msgen path and map (msgen.hf.mapping). A layer's rows are its attention's, then its
+dense MLP's or, in a sparse layer, its experts'. The names are those of transformers
+4.57's modelling files (`modeling_llama.py`, `modeling_qwen2.py`, `modeling_qwen3.py`,
+`modeling_mistral.py`, `modeling_mixtral.py`, `modeling_qwen2_moe.py`,
+`modeling_qwen3_moe.py`); the msgen
+paths are those of the ops msgen.hf.spec writes (n1, qkv, att, o, n2, gate, up,
+down; `moe` in a sparse layer). A tied model has no `lm_head.weight` and msgen's
+output layer uses `emb.table`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from msgen.hf.mapping import COPY, QKV_BIAS, QKV_WEIGHT, TRANSPOSE, Weight, experts, linear
+
+
+@dataclass(frozen=True)
+class Family:
+    attention: tuple[Weight, ...]  # every layer's: norms, attention
+    dense: tuple[Weight, ...]  # a dense layer's MLP
+    sparse: tuple[Weight, ...] = ()  # a sparse layer's router and experts
+
+
+# the model's own, outside the layers
+EMBEDDING = (Weight(("model.embed_tokens.weight",), "emb.table", COPY, (("vocab", "hidden"),)),)
+HEAD = (
+    Weight(("model.norm.weight",), "norm.gamma", COPY, (("hidden",),)),
+    Weight(("lm_head.weight",), "logits.weight", TRANSPOSE, (("vocab", "hidden"),), "untied"),
+)
+
+_QKV = tuple(f"self_attn.{p}_proj" for p in "qkv")
+ATTENTION = (
+    Weight(("input_layernorm.weight",), "n1.gamma", COPY, (("hidden",),)),
+    Weight(("post_attention_layernorm.weight",), "n2.gamma", COPY, (("hidden",),)),
+    Weight(
+        tuple(f"{p}.weight" for p in _QKV),
+        "qkv.weight",
+        QKV_WEIGHT,
+        (("q_rows", "hidden"), ("kv_rows", "hidden"), ("kv_rows", "hidden")),
+    ),
+    Weight(
+        tuple(f"{p}.bias" for p in _QKV),
+        "qkv.bias",
+        QKV_BIAS,
+        (("q_rows",), ("kv_rows",), ("kv_rows",)),
+        "qkv_bias",
+    ),
+    *linear("self_attn.o_proj", "o", "hidden", "q_rows", "o_bias"),
+)
+# Qwen3's: an RMSNorm of each head of q and k (Qwen3Attention q_norm, k_norm)
+QK_NORMS = (
+    Weight(("self_attn.q_norm.weight",), "att.q_norm", COPY, (("head_dim",),)),
+    Weight(("self_attn.k_norm.weight",), "att.k_norm", COPY, (("head_dim",),)),
+)
+MLP = (
+    *linear("mlp.gate_proj", "gate", "ffn", "hidden", "mlp_bias"),
+    *linear("mlp.up_proj", "up", "ffn", "hidden", "mlp_bias"),
+    *linear("mlp.down_proj", "down", "hidden", "ffn", "mlp_bias"),
+)
+
+
+def _router(name: str) -> Weight:
+    """The router, nn.Linear(hidden, experts) there: [experts, hidden] -> [hidden, experts]."""
+    return Weight((name,), "moe.router", TRANSPOSE, (("experts", "hidden"),))
+
+
+# MixtralSparseMoeBlock: gate (the router), experts[e].w1 (gate), w3 (up), w2 (down)
+MIXTRAL_EXPERTS = (
+    _router("block_sparse_moe.gate.weight"),
+    *experts(
+        tuple(f"block_sparse_moe.experts.{{e}}.{w}.weight" for w in ("w1", "w3", "w2")), "moe"
+    ),
+)
+# Qwen3MoeSparseMoeBlock: gate (the router), experts[e].gate_proj, up_proj, down_proj
+QWEN_EXPERTS = (
+    _router("mlp.gate.weight"),
+    *experts(tuple(f"mlp.experts.{{e}}.{p}_proj.weight" for p in ("gate", "up", "down")), "moe"),
+)
+
+# Qwen2MoeSparseMoeBlock: Qwen3-MoE's, and a shared expert (shared_expert.gate_proj,
+# up_proj, down_proj) whose output sigmoid(shared_expert_gate(x)) scales
+QWEN2_EXPERTS = (
+    *QWEN_EXPERTS,
+    *(
+        Weight((f"mlp.shared_expert.{p}_proj.weight",), f"moe.shared_{p}", TRANSPOSE, (shape,))
+        for p, shape in (
+            ("gate", ("shared_ffn", "hidden")),
+            ("up", ("shared_ffn", "hidden")),
+            ("down", ("hidden", "shared_ffn")),
+        )
+    ),
+    Weight(("mlp.shared_expert_gate.weight",), "moe.shared_sigmoid", TRANSPOSE,
+           (("one", "hidden"),)),  # fmt: skip
+)
+
+TABLES = {
+    "llama": Family(ATTENTION, MLP),
+    "qwen2": Family(ATTENTION, MLP),
+    "mistral": Family(ATTENTION, MLP),
+    "qwen3": Family(ATTENTION + QK_NORMS, MLP),
+    "mixtral": Family(ATTENTION, MLP, MIXTRAL_EXPERTS),
+    "qwen3_moe": Family(ATTENTION + QK_NORMS, MLP, QWEN_EXPERTS),
+    "qwen2_moe": Family(ATTENTION, MLP, QWEN2_EXPERTS),
+}
