@@ -6,7 +6,7 @@ reason rests on read from the installed MindSpore.
 
 The rule the expected values come from (docs/parity.md, not msgen's code): MC2 is
 `computation_communication_fusion_level` 3 exactly when tp > 1 on an Atlas A2
-(910B) device; backward's tp collectives overlap the weight-gradient matmuls
+(910B) device with fp16 or bf16 matmuls; backward's tp collectives overlap the weight-gradient matmuls
 whenever tp > 1 on Ascend; jit_level O0 on every Ascend device, which the dropless
 moe path with ep > 1 needs for its MoveTo.
 """
@@ -61,14 +61,17 @@ for folder in sys.argv[1:]:
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory) -> dict[str, Path]:
-    """tiny_llama (tp 2 on ascend910b), tiny_dp (tp 1), tiny_llama on other devices,
-    and tiny_moe with ep 2."""
+    """tiny_llama (tp 2 on ascend910b, fp32) and in bf16, tiny_dp (tp 1), tiny_llama
+    on other devices, and tiny_moe with ep 2."""
     out = tmp_path_factory.mktemp("switches")
     llama = SPECS["tiny_llama"]
     return {
         "tiny_llama": compiled("tiny_llama"),
+        "bf16": compile_spec(llama, out / "b", "--set", "model.dtype=bf16"),
         "tiny_dp": compiled("tiny_dp"),
-        "910a": compile_spec(llama, out / "a", "--set", "cluster.device=ascend910a"),
+        "910a": compile_spec(
+            llama, out / "a", "--set", "cluster.device=ascend910a", "--set", "model.dtype=bf16"
+        ),
         "a100": compile_spec(llama, out / "g", "--set", "cluster.device=a100_80g"),
         "moe_ep2": compile_spec(SPECS["tiny_moe"], out / "m", "--set", "mesh.ep=2"),
     }
@@ -95,11 +98,14 @@ def probed(variants) -> dict[str, dict]:
 
 
 def test_mc2_and_overlap_set_where_tp_splits_on_910b(probed):
-    """tiny_llama: tp 2 on ascend910b. MindSpore's parser of the speed-up file
+    """tiny_llama in bf16: tp 2 on ascend910b. MindSpore's parser of the speed-up file
     (context.py _set_speedup_config_path, through AutoParallel.transformer_opt) holds
     MC2 at level 3 (forward and backward) and the backward overlap on every
-    collective kind (its True means all of them)."""
-    got = probed["tiny_llama"]
+    collective kind (its True means all of them). In fp32 the pass would fuse
+    nothing: the overlap alone."""
+    fp32 = probed["tiny_llama"]
+    assert (fp32["mc2_level"], bool(fp32["grad_overlap"])) == (0, True)
+    got = probed["bf16"]
     assert got["mc2_level"] == 3
     assert set(got["grad_overlap"].split(",")) >= {"AllGather", "ReduceScatter", "AllReduce"}
     assert got["jit_level"] == "O0"
@@ -118,7 +124,8 @@ def test_no_speed_up_without_tp(variants, probed):
 
 def test_mc2_only_on_atlas_a2(variants, probed):
     """The 910A has no MC2 kernels (the fusion pass's aclnn ops): no fusion level,
-    the overlap still; a GPU device gets none of the Ascend switches."""
+    the overlap still (both in bf16, which MC2 would fuse on a 910B); a GPU device
+    gets none of the Ascend switches."""
     a = variants["910a"]
     assert json.loads((a / SPEED_UP).read_text()) == {"grad_matmul_communication_overlap": True}
     got = probed["910a"]

@@ -392,7 +392,7 @@ def semi_auto(cell):
     # stage's DP * TP devices (parallel/_utils.py, _to_full_shapes), and every sample
     # would count TP times (mindformers trainer/base_trainer.py uses this form).
     cell.dataset_strategy(((DP, 1), (DP, 1)))
-    # MC2 (matmul fused with its tp collective) and the tp collectives of backward
+    # The tp collectives of backward
     # beside the weight-gradient matmuls: parallel_speed_up.json beside this file, read
     # as mindformers' parallel_speed_up_json_path is (docs/parity.md).
     cell.transformer_opt(str(Path(__file__).with_name("parallel_speed_up.json")))

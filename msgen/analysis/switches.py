@@ -16,7 +16,8 @@ those msgen leaves out included.
   backend's mc2_fusion pass turns AllGather + MatMul into AllGatherMatmul and MatMul
   + ReduceScatter into MatmulReduceScatter, forward and backward) on the Atlas A2
   devices, the only catalogue devices its aclnn kernels run on (the pass skips
-  ascend910_93 and 310P, and the 910A has no MC2 kernels); and on every Ascend
+  ascend910_93 and 310P, and the 910A has no MC2 kernels), when the matmuls compute
+  in fp16 or bf16, the only dtypes the pass fuses; and on every Ascend
   device `grad_matmul_communication_overlap` (the tp collectives of backward run
   beside the weight-gradient matmuls, as the time model assumes: msgen/estimate/time.py).
 """
@@ -34,6 +35,7 @@ JIT_LEVEL = "O0"  # mindformers 2.0.0's jit_config.jit_level in all its 910B con
 MC2_LEVEL = 3  # fuse forward and backward nodes (1 forward only, 2 backward only)
 # the Atlas A2 (910B) devices of the catalogue: MC2's aclnn kernels run on them
 MC2_DEVICES = frozenset({"ascend910b", "ascend910b3", "ascend910b4"})
+MC2_DTYPES = frozenset({"fp16", "bf16"})  # mc2_fusion.cc IsNodesDTypeSameAndValid
 SPEED_UP_FILE = "parallel_speed_up.json"
 
 
@@ -78,7 +80,7 @@ def switches(plan: Plan) -> Switches:
         reasons.append("the dropless moe dispatch's MoveTo runs at O0 or O1 only")
     speed_up: list[tuple[str, object]] = []
     if spec.semi_auto and spec.mesh.tp > 1:
-        if device.name in MC2_DEVICES:
+        if device.name in MC2_DEVICES and spec.model.dtype in MC2_DTYPES:
             speed_up.append(("computation_communication_fusion_level", MC2_LEVEL))
         speed_up.append(("grad_matmul_communication_overlap", True))
     return Switches(JIT_LEVEL, tuple(speed_up), tuple(reasons))
