@@ -1,6 +1,6 @@
 """The performance switches of mindformers 2.0.0's 910B configurations (docs/parity.md):
 each one the generated train.py sets is read back from MindSpore's own context after
-the generated code ran on the CPU build (a subprocess, so that this session's
+the generated code ran on the CPU build (a subprocess, so that the test process's
 context stays clean); each one msgen leaves out is shown absent, with the fact the
 reason rests on read from the installed MindSpore.
 
