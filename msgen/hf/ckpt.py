@@ -23,7 +23,13 @@ import numpy as np
 from msgen.base.readers import BadInput, Dict, Obj, Str, load_json
 from msgen.base.status import EXIT_OK, UsageError
 from msgen.ckpt.command import whole_checkpoint
-from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
+from msgen.ckpt.expected import (
+    MOMENTS,
+    check_tensors,
+    spec_buffers,
+    spec_params,
+    stage_layouts,
+)
 from msgen.ckpt.output import HF_FORMS, RUN_FORMS, Forms, claim
 from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE, what_it_is
 from msgen.ckpt.slices import slice_of
@@ -111,7 +117,9 @@ def from_hf(result, options: CkptOptions) -> int:
                 f"config.json makes it {list(shape)} (another model?)"
             )
 
-    check_tensors(msgen_shapes(model), spec_params(result))  # before any data is read
+    # before any data is read; the buffers the Hugging Face model has (DeepSeek-V3's
+    # correction bias) with them
+    check_tensors(msgen_shapes(model), spec_params(result) | spec_buffers(result))
 
     def load(name: str) -> np.ndarray:
         array, dtype = read_tensor(files[name], name, headers[files[name]])
@@ -227,7 +235,7 @@ def _same_model(model: HfModel, result, where: str) -> None:
     read, so a config of another model is one line, not a failed conversion."""
     _same_layers(model, result, where)
     try:
-        check_tensors(msgen_shapes(model), spec_params(result))
+        check_tensors(msgen_shapes(model), spec_params(result) | spec_buffers(result))
     except UsageError as exc:
         raise UsageError(f"{where} is not the spec's model: {exc}") from None
 
@@ -246,10 +254,12 @@ def to_hf_command(result, options: CkptOptions) -> int:
         # a run's slices merged first
         step, checkpoint = whole_checkpoint(result, options.spec, options.source, held.work)
         saved = load(checkpoint)
-        expected = spec_params(result)
+        expected = spec_params(result) | spec_buffers(result)
         check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
 
         def get(name: str) -> np.ndarray:
+            if name not in saved:  # a buffer the checkpoint left at its initial zeros
+                return np.zeros(expected[name], np.float32)
             return saved[name].float().asnumpy()
 
         tensors = {}
