@@ -23,6 +23,7 @@ from msgen.ckpt.expected import (
     check_tensors,
     expected_strategies,
     rank_shapes,
+    spec_buffers,
     spec_params,
     stage_layouts,
     with_moments,
@@ -93,7 +94,8 @@ def held(file: Path, want: dict[str, tuple[int, ...]], mesh: str) -> None:
 def read_source(result, spec: Path, run: Path) -> Source:
     """The run's newest common step, each rank's file of it checked against its mesh,
     and the strategy files that describe its slices."""
-    logical = with_moments(spec_params(result))
+    # the ops' buffers (the moe op's correction bias) are saved beside the parameters
+    logical = with_moments(spec_params(result)) | spec_buffers(result)
     if (run / INIT_FILE).is_file() and not any(run.glob("rank_*")):
         held(run / INIT_FILE, logical, "the spec")
         return Source(0, [run / INIT_FILE], None)  # from-hf's whole checkpoint
