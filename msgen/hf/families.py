@@ -95,45 +95,36 @@ QWEN2_EXPERTS = (
            (("one", "hidden"),)),  # fmt: skip
 )
 
+
 # DeepseekV2Attention / DeepseekV3Attention: q_proj, or q_a_proj, q_a_layernorm and
 # q_b_proj (q LoRA); kv_a_proj_with_mqa, [kv_lora_rank + qk_rope_head_dim, hidden], the
 # latent's rows then the rope key's, as msgen's kv_a holds its columns; kv_a_layernorm;
 # kv_b_proj, per head [k_nope | v]; o_proj. All plain nn.Linear, no biases.
-_MLA = "self_attn."
-MLA = (Weight(("input_layernorm.weight",), "n1.gamma", COPY, (("hidden",),)), Weight(
-    ("post_attention_layernorm.weight",), "n2.gamma", COPY, (("hidden",),)
-), Weight((f"{_MLA}q_proj.weight",), "att.q", TRANSPOSE, (("q_out", "hidden"),), "q_full"), Weight((
-    f"{_MLA}q_a_proj.weight",
-), "att.q_a", TRANSPOSE, (
-    ("q_lora_rank", "hidden"),
-),
-"q_lora"),  # fmt: skip
- Weight(
-    (f"{_MLA}q_a_layernorm.weight",), "att.q_norm", COPY, (("q_lora_rank",),), "q_lora"
-), Weight((
-    f"{_MLA}q_b_proj.weight",
-), "att.q_b", TRANSPOSE, (
-    ("q_out", "q_lora_rank"),
-),
-"q_lora"),  # fmt: skip
- Weight(
-    (f"{_MLA}kv_a_proj_with_mqa.weight",),
-    "att.kv_a",
-    TRANSPOSE,
-    (("kv_a_out", "hidden"),)),  # fmt: skip
-    Weight((f"{_MLA}kv_a_layernorm.weight",), "att.kv_norm", COPY, (("kv_lora_rank",),)),
-    Weight((f"{_MLA}kv_b_proj.weight",), "att.kv_b", TRANSPOSE, (("kv_b_out", "kv_lora_rank"),)),
-    Weight((f"{_MLA}o_proj.weight",), "o.weight", TRANSPOSE, (("hidden", "o_in"),)),
+def _mla(name: str, path: str, shape: tuple[str, ...], when: str | None = None) -> Weight:
+    """One of the latent attention's weights: a norm copied, an nn.Linear transposed."""
+    kind = COPY if len(shape) == 1 else TRANSPOSE
+    return Weight((f"self_attn.{name}.weight",), f"att.{path}", kind, (shape,), when)
+
+
+MLA = (
+    Weight(("input_layernorm.weight",), "n1.gamma", COPY, (("hidden",),)),
+    Weight(("post_attention_layernorm.weight",), "n2.gamma", COPY, (("hidden",),)),
+    _mla("q_proj", "q", ("q_out", "hidden"), "q_full"),
+    _mla("q_a_proj", "q_a", ("q_lora_rank", "hidden"), "q_lora"),
+    _mla("q_a_layernorm", "q_norm", ("q_lora_rank",), "q_lora"),
+    _mla("q_b_proj", "q_b", ("q_out", "q_lora_rank"), "q_lora"),
+    _mla("kv_a_proj_with_mqa", "kv_a", ("kv_a_out", "hidden")),
+    _mla("kv_a_layernorm", "kv_norm", ("kv_lora_rank",)),
+    _mla("kv_b_proj", "kv_b", ("kv_b_out", "kv_lora_rank")),
+    *linear("self_attn.o_proj", "o", "hidden", "o_in"),
 )
 # DeepseekV2MoE / DeepseekV3MoE: gate (the router; V3's holds the correction bias, a
 # buffer, msgen's moe.expert_bias), experts[e].gate_proj, up_proj, down_proj, and the
 # shared experts as one MLP (shared_experts.gate_proj, up_proj, down_proj), ungated
-DEEPSEEK_EXPERTS = (*QWEN_EXPERTS, Weight(
-    ("mlp.gate.e_score_correction_bias",),
-    "moe.expert_bias",
-    COPY,
-    (("experts",),),
-    "expert_bias"),  # fmt: skip
+_BIAS = ("mlp.gate.e_score_correction_bias",)
+DEEPSEEK_EXPERTS = (
+    *QWEN_EXPERTS,
+    Weight(_BIAS, "moe.expert_bias", COPY, (("experts",),), "expert_bias"),
     *(
         Weight((f"mlp.shared_experts.{p}_proj.weight",), f"moe.shared_{p}", TRANSPOSE, (shape,))
         for p, shape in (
