@@ -191,6 +191,56 @@ def test_the_published_deepseek_v3_config_imports_with_transformers_count(tmp_pa
     assert "router = sigmoid, expert_bias = true" in text
 
 
+def test_the_published_deepseek_v2_lite_config_imports_with_transformers_count(tmp_path):
+    """15,706,484,224: what transformers' DeepseekV2ForCausalLM of this config holds
+    (tests/test_deepseek_validation.py builds it), the published 15.7 B."""
+    proc, spec = imported(tmp_path, CONFIGS / "deepseek_v2_lite.json")
+    assert proc.returncode == 0, proc.stderr
+    assert estimate(spec)["params_total"] == 15_706_484_224
+    text = spec.read_text()
+    assert "yarn_mscale = false" in text and "q_lora_rank" not in text
+    assert "norm_topk = false" in text and "expert_groups" not in text
+
+
+def meta_count(config: dict) -> int:
+    made = transformers.AutoConfig.for_model(**config)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(made)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("family", sorted(MODELS))
+def test_keys_a_config_leaves_out_are_transformers_defaults(tmp_path, family):
+    """A config of sizes only: q_lora_rank (1536 for both), n_shared_experts, n_group
+    and topk_group (V3: 8 and 4), routed_scaling_factor (V3: 2.5), first_k_dense_replace
+    (V2: 0, V3: 3), norm_topk_prob, topk_method left to transformers' defaults; the
+    spec counts what transformers' model holds and routes as its config says."""
+    config = {
+        "model_type": family,
+        "vocab_size": 128,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "moe_intermediate_size": 32,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "n_routed_experts": 16,
+        "num_experts_per_tok": 2,
+        "rms_norm_eps": 1e-6,
+    }
+    proc, spec = imported(tmp_path, config)
+    assert proc.returncode == 0, proc.stderr
+    assert estimate(spec)["params_total"] == meta_count(config)
+    text = spec.read_text()
+    assert "q_lora_rank = 1536" in text
+    if family == "deepseek_v3":
+        assert "part1  = repeat decoder(emb) 3" in text
+        assert "expert_groups = 8, top_groups = 4, routed_scaling = 2.5" in text
+    else:
+        # every layer sparse: one layer kind
+        assert "repeat decoder(emb) layers" in text and "moe(" in text
+        assert "norm_topk = false" in text and "expert_groups" not in text
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
