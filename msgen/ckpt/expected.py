@@ -107,6 +107,9 @@ def rank_shapes(logical: dict, layouts: dict) -> dict[str, tuple[int, ...]]:
                 raise UsageError(
                     f"the mesh cannot hold the spec's tensor {printable(name)}: {exc}"
                 ) from None
+    # a buffer (the correction bias) is whole on every rank of its op's stage
+    ops = {name.rsplit(".", 1)[0] for name in out}
+    out |= {n: logical[n] for n in logical if _buffer(n) and n.rsplit(".", 1)[0] in ops}
     return out
 
 

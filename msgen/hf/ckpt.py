@@ -15,6 +15,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,7 +133,8 @@ def from_hf(result, options: CkptOptions) -> int:
     inputs = {"the Hugging Face folder": options.source}
     with claim(options.output, inputs, options.force, forms) as held:
         if stages:
-            count = _write_ranks(model, load, stages, param, held.staged, held.work)
+            buffers = spec_buffers(result)
+            count = _write_ranks(model, load, stages, param, held.staged, held.work, buffers)
             wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
         else:
             tensors = (
@@ -172,7 +174,9 @@ def _append(data: bytes, paths: list[Path]) -> None:
             out.write(data)
 
 
-def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) -> int:
+def _write_ranks(
+    model: HfModel, load, stages, param, output: Path, work: Path, buffers: Collection[str]
+) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
     beside them (so the folder merges as a run does). Stage by stage, each tensor the
     stage holds is read once and its slice for every rank of the stage appended to that
@@ -181,6 +185,10 @@ def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) 
     rank = 0
     for stage in stages:
         needed = {n for n in stage.layouts if not n.startswith(MOMENTS + ("accu_grads.",))}
+        # a buffer (the correction bias) is whole on every rank of its op's stage
+        needed |= {
+            b for b in buffers if any(n.startswith(b.rsplit(".", 1)[0] + ".") for n in needed)
+        }
         folders = [output / f"rank_{rank + local}" for local in range(stage.devices)]
         for folder in folders:
             folder.mkdir()
@@ -194,7 +202,8 @@ def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) 
             # encoding of it in memory at a time
             holders: dict[tuple, tuple[np.ndarray, list[Path]]] = {}
             for local, path in enumerate(files):
-                cut = slice_of(array, stage.layouts[name], local)
+                layout = stage.layouts.get(name)
+                cut = array if layout is None else slice_of(array, layout, local)
                 key = (cut.__array_interface__["data"][0], cut.shape, cut.strides)
                 holders.setdefault(key, (cut, []))[1].append(path)
             for cut, paths in holders.values():
