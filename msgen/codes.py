@@ -109,14 +109,17 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL115": (
         "wrong arguments",
         "An op got too many positional arguments, an unknown keyword, the same argument twice, "
-        "or lacks a required one; the optimizer or the schedule got the same argument twice. "
-        "docs/language.md gives each op's signature.",
+        "or lacks a required one; the optimizer or the schedule got the same argument twice; "
+        "attention's `rope_scaling` form lacks a key its scaling needs or has one it does not "
+        "know. docs/language.md gives each op's signature.",
     ),
     "MSL116": (
         "wrong kind of operand",
         "An op's operand is not what it takes: tensor operands are tensor names (write an "
         "inner op on its own line), flags are `true`/`false`, and only `+` and `*` apply to "
-        "tensors. `repeat` belongs in the network and passes one tensor.",
+        "tensors. `repeat` belongs in the network and passes one tensor. attention's "
+        "`rope_scaling` is `linear(...)`, `llama3(...)` or `yarn(...)`; `dynamic` and "
+        "`longrope` are refused with their reason.",
     ),
     "MSL117": (
         "shape mismatch",
@@ -169,7 +172,8 @@ CODES: dict[str, tuple[str, str]] = {
     "MSL126": (
         "op argument out of range",
         "A number an op takes is outside the interval MindSpore accepts: dropout rates "
-        "(`dropout(x, p)`, attention's `dropout`) are in [0, 1), norm `eps` is positive.",
+        "(`dropout(x, p)`, attention's `dropout`) are in [0, 1), norm `eps` is positive, "
+        "`rope_scaling`'s values are positive (llama3: high_freq_factor > low_freq_factor).",
     ),
     "MSL127": (
         "unused dim that looks like a key (warning)",
@@ -438,6 +442,22 @@ CODES: dict[str, tuple[str, str]] = {
         "micro-batches only in training graphs; MindSpore's Model and mindformers evaluate "
         "the bare network instead, a path not yet shown to work here. Remove `valid` and "
         "eval_every, or train with pp = 1.",
+    ),
+    "MSL530": (
+        "bad multi-token prediction setting",
+        "`mtp = mtp(depth = D, weight = w, layer = NAME)` in `train` adds D modules that "
+        "predict the tokens 2 .. D + 1 ahead (DeepSeek-V3's multi-token prediction). depth "
+        "is a whole number from 1 to seq - 1, weight a number >= 0 (the loss adds w / D "
+        "times the modules' summed losses), layer a layer the network repeats (default: the "
+        "last one repeated). `mtp = none` turns it off.",
+    ),
+    "MSL531": (
+        "network unfit for multi-token prediction",
+        "The modules share the main model's embedding table and output layer, and take h^0 "
+        "from the final norm. The network must end with `norm = layernorm(...)` or "
+        "`rmsnorm(...)`, `logits = linear(norm, vocab, bias = false)` or `tie = emb`, and "
+        "`output cross_entropy(logits, tokens)`, with `emb = embedding(tokens, ...)` of its "
+        "input.",
     ),
     # data
     "MSL601": (

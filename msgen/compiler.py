@@ -81,6 +81,7 @@ def spec_label(path: Path) -> str:
 STAGE_WORDS = {
     "values": "the blocks' values",
     "train": "training settings",
+    "mtp": "multi-token prediction",
     "budget": "memory budget",
 }
 STAGES = (

@@ -44,6 +44,8 @@ SPECS = {
     "tiny_moe": ROOT / "tests" / "specs" / "tiny_moe.msl",
     "tiny_moe_dp": ROOT / "tests" / "specs" / "tiny_moe_dp.msl",
     "tiny_mla": ROOT / "tests" / "specs" / "tiny_mla.msl",
+    "tiny_mtp": ROOT / "tests" / "specs" / "tiny_mtp.msl",
+    "tiny_mtp_moe": ROOT / "tests" / "specs" / "tiny_mtp_moe.msl",
     "gpt7b": ROOT / "specs" / "gpt7b.msl",
     "llama13b": ROOT / "specs" / "llama13b.msl",
 }

@@ -41,7 +41,8 @@ from tests.emit_fixtures import BIG, ROOT, TINY, compiled, load, network_class, 
 
 # hostinfo.py is msgen.hostinfo carried as it is: the standard library only.
 GENERATED = sorted(p for p in (ROOT / "generated").glob("*/*.py") if p.name != "hostinfo.py")
-COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp", "tiny_moe")  # tests/specs/*.msl
+# tests/specs/*.msl
+COMPILED_TEST_SPECS = ("tiny_mixed", "tiny_interleaved", "tiny_dp", "tiny_moe", "tiny_mtp_moe")
 
 
 # API check --------------------------------------------------------------------------
@@ -383,6 +384,17 @@ def _flash(prim, q, k, v, *rest):
     return stats, stats, Shaped((1,)), Shaped(q.shape)
 
 
+def _rms_norm(prim, x, gamma):
+    rows = x.shape[: len(x.shape) - len(gamma.shape)]
+    return Shaped(x.shape), Shaped(rows + (1,) * len(gamma.shape))
+
+
+def _swiglu(prim, x, dim=-1):
+    shape = list(x.shape)
+    shape[dim] //= 2
+    return Shaped(shape)
+
+
 def _gen_mask(prim, shape, keep_prob):
     return Shaped((prod(shape) // 8,))
 
@@ -395,6 +407,8 @@ SHAPE_ONLY = {
     "TopK": lambda prim, x, k: (Shaped((*x.shape[:-1], k)), Shaped((*x.shape[:-1], k))),
     **dict.fromkeys(("ReduceMean", "ReduceMax", "ReduceSum"), _reduce),
     "Select": lambda prim, cond, x, y: Shaped(x.shape),
+    "MaskedFill": lambda prim, x, mask, value: Shaped(np.broadcast_shapes(x.shape, mask.shape)),
+    "GatherD": lambda prim, x, dim, index: Shaped(index.shape),
     "AssignAdd": lambda prim, variable, value: Shaped(variable.shape),
     **dict.fromkeys(ELEMENTWISE, _broadcast),
     "MatMul": _matmul,
@@ -410,6 +424,9 @@ SHAPE_ONLY = {
     "SoftmaxCrossEntropyWithLogits": _softmax_ce,
     "FlashAttentionScore": _flash,
     "DropoutGenMask": _gen_mask,
+    "RmsNorm": _rms_norm,
+    "Swiglu": _swiglu,
+    "RotaryPositionEmbedding": lambda prim, x, cos, sin, mode=0: Shaped(x.shape),
     "Sort": lambda prim, x: (Shaped(x.shape), Shaped(x.shape)),
     "FloorDiv": _broadcast,
     "Ones": lambda prim, shape, dtype: Shaped(shape),
@@ -521,6 +538,27 @@ def _rule_problems(c: Call, strategy) -> list[str]:
         for i in (1, 2):
             for d in range(len(c.shapes[i])):
                 whole(i, d, "gamma/beta")
+    elif kind == "RmsNorm":  # RmsNormInfo::CheckStrategy (ops_info/rms_norm_info.cc)
+        begin = len(c.shapes[0]) - len(c.shapes[1])
+        for d in range(begin, len(c.shapes[0])):
+            whole(0, d, "normalised")
+        for d in range(len(c.shapes[1])):
+            whole(1, d, "gamma")
+    elif kind == "Swiglu":  # SwigluInfo is a Softmax over `dim` (ops_info/activation_info.h)
+        dim = c.args[1] if len(c.args) > 1 else -1
+        whole(0, dim % len(c.shapes[0]), "swiglu dim")
+    elif kind == "RotaryPositionEmbedding":
+        # head_dim holds the rotated halves; the tables whole (mindformers' strategy,
+        # training_graph/base_models/common/embeddings/rope_utils.py)
+        whole(0, len(c.shapes[0]) - 1, "head_dim")
+        for i in (1, 2):
+            for d in range(len(c.shapes[i])):
+                whole(i, d, "cos/sin")
+        # x is BNSD (batch, heads, rows, head_dim): the kernel reads the tables as
+        # 11SD, B1SD or BNSD then (its 2.10 docstring, ops/auto_generate/gen_ops_def.py)
+        x, table = c.shapes[0], c.shapes[1]
+        if table[2:] != x[2:] or table[:2] not in ((1, 1), (x[0], 1), x[:2]):
+            out.append(f"tables {table} are not in a BNSD x's layout (11SD, B1SD, BNSD)")
     elif kind == "Softmax":
         for axis in attrs["axis"]:
             whole(0, axis % len(c.shapes[0]), "softmax axis")

@@ -330,16 +330,17 @@ def wrong_groups(attention, qkv, heads, groups, hd, causal, use_rope):
         ("tiny_mixed", "rope_theta"),
         ("tiny_mixed", "window"),
         ("tiny_mixed", "qk_norm"),
+        ("tiny_mixed", "rope_scaling"),
     ],
 )
 def test_the_reference_comparison_sees_each_feature(forward, monkeypatch, name, change):
     """The comparison above is not vacuous: the reference with one attention feature
-    changed (no causal mask, no rope, rope's default base, no sliding window, no q/k
-    norms, query heads given to the wrong kv group) is far from MindSpore's loss."""
+    changed (no causal mask, no rope, rope's default base, no rope scaling, no sliding
+    window, no q/k norms, query heads given to the wrong kv group) is far from MindSpore's loss."""
     loss, params, tokens, labels = forward[name]
     attention = test_op_attention.attention
 
-    def altered(qkv, heads, groups, hd, causal, use_rope, theta, window, qk=None):
+    def altered(qkv, heads, groups, hd, causal, use_rope, theta, window, qk=None, scaling=None):
         if change == "causal":
             causal = not causal
         elif change == "rope":
@@ -350,9 +351,11 @@ def test_the_reference_comparison_sees_each_feature(forward, monkeypatch, name, 
             window = None
         elif change == "qk_norm":
             qk = None
+        elif change == "rope_scaling":
+            scaling = None
         else:
             return wrong_groups(attention, qkv, heads, groups, hd, causal, use_rope)
-        return attention(qkv, heads, groups, hd, causal, use_rope, theta, window, qk)
+        return attention(qkv, heads, groups, hd, causal, use_rope, theta, window, qk, scaling)
 
     monkeypatch.setattr(test_op_attention, "attention", altered)
     expected = ref.forward_loss(plan(name), params, tokens, labels)

@@ -91,7 +91,7 @@ def routed(family: str, tmp_path: Path):
     return model, net, spec
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "qwen2_moe"])
 def test_the_auxiliary_loss_is_transformers_load_balancing_loss(tmp_path, family):
     """msgen's auxiliary loss for the imported coefficient is router_aux_loss_coef times
     the mean over the sparse layers of load_balancing_loss_func on each layer's router
@@ -118,11 +118,13 @@ def test_the_auxiliary_loss_is_transformers_load_balancing_loss(tmp_path, family
 SLICED = ("mesh.dp=2", "mesh.tp=2", "mesh.pp=1", "mesh.ep=2", "train.zero=0")
 
 
-def test_per_rank_slices_on_ep_and_tp_merge_back_to_the_source(tmp_path):
-    """Mixtral on dp 2 x tp 2 with ep 2: each rank holds 2 of the 4 experts; the ranks'
-    slices merge (MindSpore's transform_checkpoints) into exactly the whole weights,
-    and to-hf of them gives every source tensor back bit for bit."""
-    hf_model("mixtral", tmp_path / "hf", torch.float32)
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_per_rank_slices_on_ep_and_tp_merge_back_to_the_source(tmp_path, family):
+    """Mixtral and Qwen2-MoE (its shared expert split over tp, its sigmoid gate whole)
+    on dp 2 x tp 2 with ep 2: each rank holds 2 of the 4 experts; the ranks' slices
+    merge (MindSpore's transform_checkpoints) into exactly the whole weights, and to-hf
+    of them gives every source tensor back bit for bit."""
+    hf_model(family, tmp_path / "hf", torch.float32)
     spec = tmp_path / "m.msl"
     assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
                  "--devices", 4, "--per-node", 4)[0] == 0  # fmt: skip
@@ -132,8 +134,12 @@ def test_per_rank_slices_on_ep_and_tp_merge_back_to_the_source(tmp_path):
     assert code == 0, err
     whole = ms.load_checkpoint(str(tmp_path / "whole" / "model.ckpt"))
     rank0 = ms.load_checkpoint(str(tmp_path / "ranks" / "rank_0" / "model.ckpt"))
-    assert rank0["decoder.0.moe.gate"].shape == (2, 64, 96)  # 2 of the 4 experts
+    width = 96 if family == "mixtral" else 32
+    assert rank0["decoder.0.moe.gate"].shape == (2, 64, width)  # 2 of the 4 experts
     assert rank0["decoder.0.qkv.weight"].shape == (64, 64)  # half of q, k, v's heads
+    if family == "qwen2_moe":  # the shared expert column parallel, its gate whole
+        assert rank0["decoder.0.moe.shared_gate"].shape == (64, 24)
+        assert rank0["decoder.0.moe.shared_sigmoid"].shape == (64, 1)
     code, err = msgen("ckpt", "merge", spec, tmp_path / "ranks", "-o", tmp_path / "m.ckpt", *sets)
     assert code == 0, err
     merged = ms.load_checkpoint(str(tmp_path / "m.ckpt"))
@@ -259,3 +265,29 @@ def test_the_planner_lays_an_imported_moe_out_with_ep(tmp_path):
     doc = estimate(spec)
     assert all(stage["fits"] for stage in doc["stages"])
     assert doc["params_active"] == PUBLISHED["qwen3_30b_a3b"][1]
+
+
+def test_per_rank_slices_on_pp_ep_and_zero_merge_back_to_the_source(tmp_path):
+    """Mixtral on dp 2 x pp 2 with ep 2 and the parallel optimizer: each stage's ranks
+    hold their layer's experts split over ep, and the larger weights are split further
+    over dp by the parallel optimizer; the slices merge into exactly the whole weights."""
+    hf_model("mixtral", tmp_path / "hf", torch.float32, hidden_size=128, intermediate_size=256)
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
+                 "--devices", 4, "--per-node", 4)[0] == 0  # fmt: skip
+    mesh = ("mesh.dp=2", "mesh.tp=1", "mesh.pp=2", "mesh.ep=2", "train.zero=1")
+    sets = [a for s in mesh for a in ("--set", s)]
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "whole")[0] == 0
+    code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)
+    assert code == 0, err
+    strategy = json.loads((tmp_path / "ranks" / "rank_0" / "strategy.json").read_text())
+    assert any(v["opt_weight_shard_size"] for v in strategy["parallel_layout_item"].values())
+    last = ms.load_checkpoint(str(tmp_path / "ranks" / "rank_2" / "model.ckpt"))
+    assert "decoder.1.moe.gate" in last and "decoder.0.moe.gate" not in last
+    code, err = msgen("ckpt", "merge", spec, tmp_path / "ranks", "-o", tmp_path / "m.ckpt", *sets)
+    assert code == 0, err
+    whole = ms.load_checkpoint(str(tmp_path / "whole" / "model.ckpt"))
+    merged = ms.load_checkpoint(str(tmp_path / "m.ckpt"))
+    assert set(merged) == set(whole)
+    for name, value in whole.items():
+        assert np.array_equal(merged[name].asnumpy(), value.asnumpy()), name

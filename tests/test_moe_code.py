@@ -80,6 +80,11 @@ def test_moe_code_imports_what_it_uses():
     imports_what_it_uses("tiny_moe")
 
 
+@pytest.mark.parametrize("variant", ["tiny_moe_deepseek_v3"], indirect=True)
+def test_the_deepseek_routing_imports_what_it_uses(variant):
+    imports_what_it_uses(variant)
+
+
 class Trained:
     """The network as the plan sees it: its parameters but `add_aux.total` (the
     auxiliary losses summed over a step's micro-batches for the log, not a weight)."""
@@ -106,12 +111,15 @@ def test_loss_cell_equals_numpy():
     loss_equals_numpy("tiny_moe")
 
 
-def test_strategies_fit_the_inputs_and_the_shape_only_trace_agrees():
-    network = instantiate("tiny_moe", lazy=False)
-    real = trace(network, "tiny_moe", shape_only=False)
-    assert real and strategy_problems(real, stage_devices("tiny_moe")) == []
+@pytest.mark.parametrize(
+    "variant", ["tiny_moe", "tiny_moe_shared_sigmoid", "tiny_moe_deepseek_v3"], indirect=True
+)
+def test_strategies_fit_the_inputs_and_the_shape_only_trace_agrees(variant):
+    network = instantiate(variant, lazy=False)
+    real = trace(network, variant, shape_only=False)
+    assert real and strategy_problems(real, stage_devices(variant)) == []
     assert unexercised(network, real) == set()
-    shaped = trace(instantiate("tiny_moe", lazy=True), "tiny_moe", shape_only=True)
+    shaped = trace(instantiate(variant, lazy=True), variant, shape_only=True)
     assert [(c.path, c.shapes) for c in shaped] == [(c.path, c.shapes) for c in real]
 
 

@@ -75,34 +75,38 @@ def msgen_weights(block) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.fixture(scope="module")
-def compiled_moe(tmp_path_factory):
-    """The generated model.py of tiny_moe with shared_sigmoid, compiled once."""
-    folder = tmp_path_factory.mktemp("shared_sigmoid")
-    spec = folder / "tiny_moe_gated.msl"
-    spec.write_text(gated("shared_sigmoid = true, norm_topk = false, "))
-    return compile_spec(spec, folder / "out")
-
-
-def test_the_generated_cell_equals_transformers_qwen2_moe_block(compiled_moe):
-    """The first layer's moe cell of the generated network, given the block's weights
-    (Qwen2-MoE's default norm_topk_prob = false), computes the block's output in fp32."""
+def first_moe_cell(text: str, folder: Path, weights: dict[str, np.ndarray]):
+    """The moe cell `ffn2` of the first decoder layer of the network `text` compiles
+    to, in evaluation mode, holding `weights` (by parameter name; all of its own)."""
     import json
 
     import mindspore as ms
 
-    torch = require("torch")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    model = load(compiled_moe, "model")
-    network = network_class(model, json.loads((compiled_moe / "plan.json").read_text()))()
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = folder / "spec.msl"
+    spec.write_text(text)
+    compiled = compile_spec(spec, folder / "out")
+    model = load(compiled, "model")
+    network = network_class(model, json.loads((compiled / "plan.json").read_text()))()
     cell = network.decoder[0].ffn2
     cell.set_train(False)
-    block = qwen2_moe_block(norm_topk=False)
-    weights = msgen_weights(block)
     held = {p.name.rsplit(".", 1)[-1]: p for p in cell.get_parameters()}
     assert sorted(held) == sorted(weights)
     for name, value in weights.items():
         held[name].set_data(ms.Tensor(value.astype(np.float32)))
+    return cell
+
+
+def test_the_generated_cell_equals_transformers_qwen2_moe_block(tmp_path):
+    """The first layer's moe cell of the generated network, given the block's weights
+    (Qwen2-MoE's default norm_topk_prob = false), computes the block's output in fp32."""
+    import mindspore as ms
+
+    torch = require("torch")
+    block = qwen2_moe_block(norm_topk=False)
+    text = gated("shared_sigmoid = true, norm_topk = false, ")
+    cell = first_moe_cell(text, tmp_path, msgen_weights(block))
     x = torch.randn(2, 5, H)
     with torch.no_grad():
         want, _ = block(x)

@@ -10,18 +10,25 @@ import math
 import numpy as np
 
 from msgen.ops.attention import head_dim, kv_heads
+from msgen.ops.rope_scaling import resolved
+from msgen.ops.rope_scaling.frequencies import rope_frequencies
 from tests.oracles import require
 
 
-def rope(x, theta=10000.0):
-    """Rotate-half rotary embedding of x [batch, heads, seq, head_dim]."""
+def rope(x, theta=10000.0, scaling=None):
+    """Rotate-half rotary embedding of x [batch, heads, seq, head_dim]; `scaling`, a
+    (name, parameters) pair, takes the frequencies and the factor on cos and sin from
+    msgen.ops.rope_scaling (held against transformers' in test_rope_scaling)."""
     seq, hd = x.shape[-2], x.shape[-1]
-    inv_freq = theta ** (-np.arange(0, hd, 2) / hd)
-    angles = np.outer(np.arange(seq), inv_freq)
+    if scaling:
+        inv_freq, factor = rope_frequencies(hd, theta, *scaling)
+    else:
+        inv_freq, factor = theta ** (-np.arange(0, hd, 2) / hd), 1.0
+    angles = np.outer(np.arange(seq), inv_freq.astype(np.float64))
     angles = np.concatenate([angles, angles], axis=-1)
     half = hd // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * np.cos(angles) + rotated * np.sin(angles)
+    return (x * np.cos(angles) + rotated * np.sin(angles)) * factor
 
 
 def head_rmsnorm(x, gamma, eps=1e-6):
@@ -29,10 +36,12 @@ def head_rmsnorm(x, gamma, eps=1e-6):
     return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * gamma
 
 
-def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=None, qk=None):
+def attention(
+    qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=None, qk=None, scaling=None
+):
     """qkv laid out per kv group: the group's query heads, then its k, then its v;
     `window`: each position sees itself and the window - 1 before it; `qk`: the
-    (q_norm, k_norm) gammas, applied per head before rope."""
+    (q_norm, k_norm) gammas, applied per head before rope; `scaling`: rope's."""
     b, s, _ = qkv.shape
     per = heads // groups
     t = qkv.reshape(b, s, groups, per + 2, hd)
@@ -42,7 +51,7 @@ def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=No
     if qk is not None:
         q, k = head_rmsnorm(q, qk[0]), head_rmsnorm(k, qk[1])
     if use_rope:
-        q, k = rope(q, theta), rope(k, theta)
+        q, k = rope(q, theta, scaling), rope(k, theta, scaling)
     k = np.repeat(k, per, axis=1)  # query head h uses group h // per
     v = np.repeat(v, per, axis=1)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd)
@@ -61,6 +70,7 @@ def attention(qkv, heads, groups, hd, causal, use_rope, theta=10000.0, window=No
 def reference(op):
     """Looks `attention` up when called, so a test may replace it."""
     args = op.args
+    form = args.get("rope_scaling")
     return attention(
         op.inputs[0],
         args["heads"],
@@ -71,6 +81,7 @@ def reference(op):
         args.get("rope_theta", 10000.0),
         args.get("window"),
         (op.param("q_norm"), op.param("k_norm")) if args.get("qk_norm") else None,
+        (form.name, resolved(form.name, form.args)) if form else None,
     )
 
 

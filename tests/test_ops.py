@@ -96,6 +96,7 @@ def shell_names(name: str) -> set[str]:
         "flash": True,
         "dropout": True,
         "qk_norm": True,
+        "rope": True,
         "permute": True,
         "biased": True,
         "rope_scaling": True,

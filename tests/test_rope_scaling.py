@@ -4,12 +4,16 @@ float32, the attention factor exactly; and the parameter rules."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from msgen.compiler import analyze_text
 from msgen.ops.rope_scaling import ScalingError, resolved
 from msgen.ops.rope_scaling.frequencies import rope_frequencies
 
+CASE_DIR = Path(__file__).resolve().parent / "cases"
 LLAMA31 = dict(
     factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192
 )
@@ -108,3 +112,54 @@ def test_refusals_name_the_scaling_or_the_parameter(kind, given, key, words):
         resolved(kind, given)
     assert words in str(caught.value)
     assert caught.value.key == key
+
+
+ATTENTION = "att  = attention(qkv, heads = heads, causal = true) @ [dp, 1, tp]"
+
+
+def checked(arguments: str):
+    """tests/cases/base.msl with `arguments` added to its attention."""
+    text = (CASE_DIR / "base.msl").read_text()
+    assert text.count(ATTENTION) == 1
+    spec = text.replace(ATTENTION, ATTENTION.replace("causal = true", f"causal = true{arguments}"))
+    return analyze_text(spec, "spec.msl", CASE_DIR), spec
+
+
+@pytest.mark.parametrize(
+    "arguments, code, words, hint",
+    [
+        (", rope = true, rope_scaling = dynamic(factor = 2)", "MSL116", "`dynamic` is not", "yarn"),
+        (", rope = true, rope_scaling = longrope", "MSL116", "`longrope` is not", "llama3"),
+        (
+            ", rope = true, rope_scaling = llama3(factor = 8)",
+            "MSL115",
+            "needs `low_freq",
+            "llama3(",
+        ),
+        (", rope = true, rope_scaling = linear(factor = 0)", "MSL126", "positive", None),
+        (
+            ", rope = true, rope_scaling = yarn(factor = 2, beta = 1)",
+            "MSL115",
+            "no parameter",
+            "yarn(",
+        ),
+        (", rope_scaling = linear(factor = 2)", "MSL119", "needs rope = true", None),
+    ],
+)
+def test_a_scaling_msgen_does_not_take_is_a_located_diagnostic(arguments, code, words, hint):
+    result, spec = checked(arguments)
+    errors = [d for d in result.diagnostics if d.is_error]
+    assert [d.code for d in errors] == [code], [(d.code, d.message) for d in errors]
+    (found,) = errors
+    assert words in found.message
+    assert hint is None or hint in found.hint
+    line = spec.splitlines()[found.span.line - 1]
+    form = arguments.split("rope_scaling = ")[1]
+    assert line[found.span.col - 1 :].startswith(form[:-1])  # at the form written
+
+
+def test_a_written_scaling_checks_clean():
+    result, _ = checked(
+        ", rope = true, rope_scaling = yarn(factor = 4, original_max_position_embeddings = 64, truncate = false)"
+    )
+    assert not [d for d in result.diagnostics if d.is_error]

@@ -108,11 +108,13 @@ def dropout_seeds():
 
 
 @cache
-def rope_tables(seq, head_dim, repeat, theta):
-    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq."""
+def rope_tables(seq, head_dim, repeat, theta, lead=()):
+    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq,
+    each [repeat * seq, head_dim] after the leading dims `lead` of size 1."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
+    angles = angles.reshape(lead + angles.shape)
     # fp32: in bf16 the angles of late positions lose their low bits
     return (
         Tensor(np.cos(angles), mstype.float32),
@@ -334,6 +336,10 @@ class CrossEntropy(nn.Cell):
         self.off = Tensor(0, mstype.int32)
 
     def construct(self, logits, labels):
+        return self.mean(self.losses(logits, labels))
+
+    def losses(self, logits, labels):
+        """-log softmax(logits)[label] of each position, as [batch * seq, 1]."""
         vocab = logits.shape[-1]
         x = self.cast(logits.reshape(-1, vocab), mstype.float32)
         # log-softmax does not depend on the shift: no gradient flows through the max
@@ -343,7 +349,7 @@ class CrossEntropy(nn.Cell):
             self.one_hot(labels.reshape(-1), vocab, self.on, self.off), mstype.bool_
         )
         picked = self.pick(self.select(target, z, self.zeros(z)), -1)
-        return self.mean(self.sub(lse, picked))
+        return self.sub(lse, picked)
 
 
 class LayerNorm(nn.Cell):

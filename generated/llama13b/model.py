@@ -17,7 +17,7 @@ from mindspore import Parameter, Tensor, lazy_inline, nn, ops
 from mindspore.common import dtype as mstype
 from mindspore.common.initializer import Normal, initializer
 from mindspore.communication import GlobalComm
-from mindspore.ops.auto_generate import SiLU
+from mindspore.ops.auto_generate import RmsNorm, RotaryPositionEmbedding, SiLU
 from mindspore.ops.operations.nn_ops import FlashAttentionScore
 
 COMPUTE_DTYPE = mstype.bfloat16
@@ -57,16 +57,26 @@ def lazy_inline_on_ascend(init):
     return init_network
 
 
+def fused_kernels():
+    """Whether the cells run MindSpore's fused kernels (RmsNorm, Swiglu,
+    RotaryPositionEmbedding): on Ascend, the only device 2.10 has kernels for them on
+    (its CPU build registers none). Elsewhere they compose the same computation from
+    basic primitives. Read once, when a cell is built."""
+    return ms.get_context("device_target") == "Ascend"
+
+
 # The constant tables below are built once and shared by every layer: one copy per
 # layer would cost (layers - 1) times their size, in host and in device memory.
 
 
 @cache
-def rope_tables(seq, head_dim, repeat, theta):
-    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq."""
+def rope_tables(seq, head_dim, repeat, theta, lead=()):
+    """cos and sin of rotate-half rope (base `theta`) for `repeat` stacked copies of seq,
+    each [repeat * seq, head_dim] after the leading dims `lead` of size 1."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
     angles = np.outer(np.arange(seq), inv_freq)
     angles = np.tile(np.concatenate([angles, angles], axis=-1), (repeat, 1))
+    angles = angles.reshape(lead + angles.shape)
     # fp32: in bf16 the angles of late positions lose their low bits
     return (
         Tensor(np.cos(angles), mstype.float32),
@@ -113,7 +123,8 @@ class Attention(nn.Cell):
         window,
         p,
         scores,
-        flash=False,
+        flash=None,
+        rope_kernel=None,
     ):
         super().__init__()
         dp, tp = scores[0][:2]
@@ -130,9 +141,24 @@ class Attention(nn.Cell):
         self.take = ops.StridedSlice().shard((five,))
         self.merge_heads = ops.Transpose().shard((five,))
         self.cast = ops.Cast()
-        # The fused kernel exists on Ascend only; elsewhere the composed path runs.
-        self.flash = flash and ms.get_context("device_target") == "Ascend"
-        if rope:
+        # The fused kernel runs on Ascend only; elsewhere the composed path does.
+        # `flash`: its strategy for q, k, v and, when causal, the mask.
+        self.flash = flash is not None and fused_kernels()
+        # RotaryPositionEmbedding (ops/auto_generate/gen_ops_prim.py: (x, cos, sin,
+        # mode=0), mode 0 rotate-half) on Ascend: x in the BNSD layout q and k already
+        # have ([batch, groups, rows, head_dim], the group's query heads stacked along
+        # the rows as the tables are), cos and sin 11SD and fp32 like x, whole
+        # (`rope_kernel`); its 2.10 docstring lists BNSD with 11SD tables as supported.
+        self.fused_rope = rope and fused_kernels()
+        if self.fused_rope:
+            self.cos_q, self.sin_q = rope_tables(
+                seq, head_dim, self.size, rope_theta, (1, 1)
+            )
+            self.cos_k, self.sin_k = rope_tables(
+                seq, head_dim, 1, rope_theta, (1, 1)
+            )
+            self.rope_kernel = RotaryPositionEmbedding().shard(rope_kernel)
+        elif rope:
             self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size, rope_theta)
             self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1, rope_theta)
             self.half = ops.StridedSlice().shard((four,))
@@ -150,8 +176,6 @@ class Attention(nn.Cell):
         self.pv = ops.BatchMatMul().shard((four, four))
         if self.flash:
             self.flash_mask = flash_causal_mask() if causal else None
-            strategy = (four, four, four)
-            mask_strategy = ((1, 1),) if causal else ()
             # Causal: sparse_mode 2 with the compressed mask computes only the lower
             # triangle; the defaults (sparse_mode 0, next_tokens 2**31 - 1) would compute
             # the masked half too (FlashAttentionScore's docstring, ops/operations/nn_ops.py;
@@ -165,11 +189,13 @@ class Attention(nn.Cell):
             # False) runs this one, with no dropout, as the composed path does.
             self.attend = FlashAttentionScore(
                 heads, 1.0, head_dim**-0.5, input_layout="BNSD", **band
-            ).shard(strategy + mask_strategy)
+            ).shard(flash)
 
     def rotate(self, x, cos, sin):
         """x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1], in fp32."""
         x = self.cast(x, mstype.float32)
+        if self.fused_rope:
+            return self.cast(self.rope_kernel(x, cos, sin, 0), COMPUTE_DTYPE)
         b, g, n, d = x.shape
         x1 = self.half(x, (0, 0, 0, 0), (b, g, n, d // 2), (1, 1, 1, 1))
         x2 = self.half(x, (0, 0, 0, d // 2), (b, g, n, d), (1, 1, 1, 1))
@@ -278,6 +304,10 @@ class CrossEntropy(nn.Cell):
         self.off = Tensor(0, mstype.int32)
 
     def construct(self, logits, labels):
+        return self.mean(self.losses(logits, labels))
+
+    def losses(self, logits, labels):
+        """-log softmax(logits)[label] of each position, as [batch * seq, 1]."""
         vocab = logits.shape[-1]
         x = self.cast(logits.reshape(-1, vocab), mstype.float32)
         # log-softmax does not depend on the shift: no gradient flows through the max
@@ -287,28 +317,40 @@ class CrossEntropy(nn.Cell):
             self.one_hot(labels.reshape(-1), vocab, self.on, self.off), mstype.bool_
         )
         picked = self.pick(self.select(target, z, self.zeros(z)), -1)
-        return self.mean(self.sub(lse, picked))
+        return self.sub(lse, picked)
 
 
 class RMSNorm(nn.Cell):
-    """x / sqrt(mean(x^2) + eps) * gamma over the last dim; the statistics in fp32."""
+    """x / sqrt(mean(x^2) + eps) * gamma over the last dim; the statistics in fp32.
 
-    def __init__(self, hidden, eps, norm):
+    On Ascend (fused_kernels()) one RmsNorm kernel computes it, on the fp32 input
+    with the fp32 gamma as mindformers' FusedRMSNorm does (its `kernel` strategy:
+    x whole on the last dim, gamma whole); elsewhere basic primitives compose it.
+    """
+
+    def __init__(self, hidden, eps, norm, kernel):
         super().__init__()
         (x,) = norm
         row = x[:-1] + (1,)
         self.eps = eps
         self.gamma = ones((hidden,))
+        self.cast = ops.Cast()
+        self.fused = fused_kernels()
+        if self.fused:
+            self.kernel = RmsNorm(eps).shard(kernel)
+            return
         self.square = ops.Square().shard((x,))
         self.mean = ops.ReduceMean(keep_dims=True).shard((x,))
         self.add = ops.Add().shard((row, ()))
         self.rsqrt = ops.Rsqrt().shard((row,))
         self.normalize = ops.Mul().shard((x, row))
         self.scale = ops.Mul().shard((x, x[-1:]))
-        self.cast = ops.Cast()
 
     def construct(self, x):
         x32 = self.cast(x, mstype.float32)
+        if self.fused:
+            y, _ = self.kernel(x32, self.cast(self.gamma, mstype.float32))
+            return self.cast(y, COMPUTE_DTYPE)
         inv = self.rsqrt(self.add(self.mean(self.square(x32), -1), self.eps))
         y = self.cast(self.normalize(x32, inv), COMPUTE_DTYPE)
         return self.scale(y, self.cast(self.gamma, COMPUTE_DTYPE))
@@ -319,7 +361,7 @@ class Decoder(nn.Cell):
 
     def __init__(self):
         super().__init__()
-        self.n1 = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),))
+        self.n1 = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),), kernel=((1, 1, 1), (1,)))
         self.qkv = Linear(5120, 15360, matmul=((1, 1), (1, 8)))
         self.att = Attention(
             heads=40,
@@ -332,11 +374,12 @@ class Decoder(nn.Cell):
             window=None,
             p=0.0,
             scores=((1, 8, 1, 1), (1, 8, 1, 1)),
-            flash=True,
+            flash=((1, 8, 1, 1), (1, 8, 1, 1), (1, 8, 1, 1), (1, 1)),
+            rope_kernel=((1, 8, 1, 1), (1, 1, 1, 1), (1, 1, 1, 1)),
         )
         self.o = Linear(5120, 5120, matmul=((1, 8), (8, 1)), std=0.0022360679774997894)
         self.h = ops.Add().shard(((1, 1, 1), (1, 1, 1)))
-        self.n2 = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),))
+        self.n2 = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),), kernel=((1, 1, 1), (1,)))
         self.gate = Linear(5120, 13824, matmul=((1, 1), (1, 8)))
         self.up = Linear(5120, 13824, matmul=((1, 1), (1, 8)))
         self.act = SiLU().shard(((1, 1, 8),))
@@ -377,7 +420,9 @@ class Llama13b(nn.Cell):
                 self.decoder[i].pipeline_stage = stage
         for cell in self.decoder:
             cell.recompute()
-        self.norm = RMSNorm(5120, eps=1e-06, norm=((1, 1, 1),))
+        self.norm = RMSNorm(
+            5120, eps=1e-06, norm=((1, 1, 1),), kernel=((1, 1, 1), (1,))
+        )
         self.norm.pipeline_stage = 1
         self.logits = Linear(5120, 32000, matmul=((1, 1), (1, 8)))
         self.logits.pipeline_stage = 1

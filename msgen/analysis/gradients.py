@@ -68,4 +68,6 @@ def gradient_sources(plan: Plan) -> tuple[tuple[str, str], ...]:
             params = [(name, p) for p in of.params]
         for prefix, p in params:
             out[f"{prefix}.{p.name}"] = gradient_source(p.split, mesh, spec.train.zero)
+    for op, p in plan.mtp_params():  # multi-token prediction's, by path as the network's
+        out[f"{op}.{p.name}"] = gradient_source(p.split, mesh, spec.train.zero)
     return tuple(out.items())

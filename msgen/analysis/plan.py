@@ -15,6 +15,8 @@ from math import prod
 
 from msgen.analysis.facts import Facts, GraphFacts
 from msgen.analysis.globs import glob_runs
+from msgen.analysis.mtp import PREFIX as MTP_PREFIX
+from msgen.analysis.mtp import Module, module
 from msgen.ir.models import FusionGroup, OpNode, Spec
 from msgen.ir.schema import Schedule
 from msgen.ops import OPS
@@ -249,7 +251,10 @@ class Plan:
 
     def network_param_stages(self, op: str) -> tuple[int, ...]:
         """Stages holding a network op's parameters: its own, plus the stages of
-        output layers tied to it."""
+        output layers tied to it; multi-token prediction's run on the last stage, with
+        the output layer (as mindformers places its MultiTokenPredictionBlock)."""
+        if op.startswith(MTP_PREFIX + "."):
+            return (self.stages - 1,)
         nodes = {n.name: n for n in self.spec.network.ops}
         stages = {self.network_op_stage(nodes[op])}
         for n in self.spec.network.ops:
@@ -267,12 +272,39 @@ class Plan:
         return [(op, p) for op, of in self.graph(layer).ops.items() for p in of.params]
 
     def network_params(self) -> list[tuple[str, Param]]:
-        return [
+        """The network ops' parameters, then the multi-token prediction modules'."""
+        own = [
             (op, p)
             for op, of in self.graph("network").ops.items()
             if of.node.kind != "repeat"
             for p in of.params
         ]
+        return own + self.mtp_params()
+
+    # multi-token prediction -----------------------------------------------------
+
+    @cached_property
+    def mtp(self) -> Module | None:
+        """The multi-token prediction module (`train.mtp`), None without one."""
+        return module(self.spec, self.facts)
+
+    def mtp_params(self) -> list[tuple[str, Param]]:
+        """(op path, param) of every module's own parameters, module by module."""
+        if self.mtp is None:
+            return []
+        first = self.mtp.own_params(self.facts)
+        zero = f"{MTP_PREFIX}.0."
+        return [
+            (f"{MTP_PREFIX}.{k}.{op.removeprefix(zero)}", p)
+            for k in range(self.mtp.setting.depth)
+            for op, p in first
+        ]
+
+    @cached_property
+    def params_mtp(self) -> int:
+        """The modules' own parameters (inside params_total; the shared embedding
+        table and output layer are the main model's)."""
+        return sum(prod(p.shape) for _, p in self.mtp_params())
 
     @cached_property
     def params_total(self) -> int:
@@ -292,7 +324,13 @@ class Plan:
             return sum(OPS[of.node.kind].active_params(of.node, of.params) for of in ops
                        if of.node.kind != "repeat")  # fmt: skip
 
-        return active("network") + sum(r.count * active(r.layer) for r in self.repeats)
+        total = active("network") + sum(r.count * active(r.layer) for r in self.repeats)
+        if self.mtp is not None:  # a module reads its own weights and its block's active ones
+            mod = self.mtp
+            own = sum(prod(p.shape) for of in (mod.enorm, mod.hnorm, mod.eh_proj, mod.norm)
+                      for p in of.params)  # fmt: skip
+            total += mod.setting.depth * (own + active(mod.setting.layer))
+        return total
 
     def network_entries(self) -> list[ParamEntry]:
         """The network's parameters by path (a repeat's are its layer's runs)."""
@@ -332,6 +370,27 @@ class Plan:
                 else:
                     runs.append(ParamRun(rep.layer, op, p, first, end, stage, fusion))
             out.extend(runs)
+        return out
+
+    # buffers ------------------------------------------------------------------
+
+    def op_buffers(self, graph: str) -> list[tuple[OpNode, str, tuple[int, ...]]]:
+        """(op, buffer, shape) of one copy of a graph's ops (`OpDef.buffers`)."""
+        return [
+            (of.node, name, shape)
+            for of in self.graph(graph).ops.values()
+            if of.node.kind != "repeat"
+            for name, shape in OPS[of.node.kind].buffers(of.node).items()
+        ]
+
+    def buffers(self) -> dict[str, tuple[int, ...]]:
+        """Every buffer by path, with its shape: state that is not a parameter (no
+        gradient, no optimizer state, not in params_total) and that checkpoints carry
+        whole, as moe's correction bias."""
+        out = {f"{node.name}.{name}": shape for node, name, shape in self.op_buffers("network")}
+        for rep in self.repeats:
+            for node, name, shape in self.op_buffers(rep.layer):
+                out |= {f"{rep.layer}.{c}.{node.name}.{name}": shape for c in range(rep.count)}
         return out
 
     # fusion -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from msgen.analysis import graph
 from msgen.analysis.facts import Facts
-from msgen.checks import experts, names, pipeline, shapes, sharding, topology, train
+from msgen.checks import experts, mtp, names, pipeline, shapes, sharding, topology, train
 from msgen.diagnostics import Diagnostic, has_errors
 from msgen.ir.models import Spec
 
@@ -27,13 +27,14 @@ GRAPH_STAGES = (
     (graph.infer_layouts, sharding.run),
 )
 STAGE_NAMES = ("names", "shapes", "shardings", "layouts")
-INDEPENDENT_PASSES = (topology, pipeline, train)
+INDEPENDENT_PASSES = (topology, pipeline, train, mtp)
 # The blocks each pass reads (`layer`: any layer block).
 GRAPH_READS = frozenset({"model", "layer", "network", "mesh", "train", "recompute"})
 READS = {
     topology: frozenset({"cluster", "mesh"}),
     pipeline: frozenset({"pipeline", "mesh", "network", "model", "train"}),
     train: frozenset({"train", "mesh", "pipeline", "fusion"}),
+    mtp: frozenset({"train", "network", "model", "layer"}),
 }
 
 

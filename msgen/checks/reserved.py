@@ -42,8 +42,12 @@ update_cell_prefix update_cell_type update_parameters_name
 # (template_names). The locals the generated methods use beside the op names are
 # not module-level, so they are named here: construct's arguments, the loop
 # variable of repeated layers and the running sum of auxiliary losses and its adder
-# (msgen/emit/opcode.py), the fusion helper's table.
-CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters", "aux", "add_aux"})
+# (msgen/emit/opcode.py), the fusion helper's table, and multi-token prediction's
+# attribute and locals (msgen/emit/mtp.py).
+MTP_NAMES = ("mtp", "mtp_ids", "mtp_labels", "mtp_hidden", "mtp_embedded", "mtp_normed",
+             "mtp_losses", "depth")  # fmt: skip
+CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters", "aux", "add_aux",
+                             *MTP_NAMES})  # fmt: skip
 TEMPLATES = ("model.py.j2", "train.py.j2", "train/**/*.py.j2", "ops/*.py.j2")
 # train/: train.py's fragments; ops/: the ops' helper cells
 

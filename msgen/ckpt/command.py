@@ -23,9 +23,8 @@ from msgen.ckpt.ckptfile import tensor_shapes
 from msgen.ckpt.expected import (
     check_tensors,
     rank_shapes,
-    spec_params,
+    spec_tensors,
     stage_layouts,
-    with_moments,
 )
 from msgen.ckpt.output import RUN_FORMS, Forms, claim
 from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE, stage
@@ -63,7 +62,7 @@ def merge_command(result, options: TransformOptions) -> int:
     out = options.output
     with claim(out, {"the run": options.run}, options.force, None) as held:
         step, merged = whole_checkpoint(result, options.spec, options.run, held.work)
-        check_tensors(tensor_shapes(merged), with_moments(spec_params(result)), "merged")
+        check_tensors(tensor_shapes(merged), spec_tensors(result), "merged")
         shutil.copyfile(merged, held.staged)
     print(f"wrote {printable(str(out))}: step {step} of {printable(str(options.run))}, merged",
           file=sys.stderr)  # fmt: skip
@@ -79,7 +78,7 @@ def reshard_command(source_result, target_result, options: TransformOptions) -> 
         source = read_source(source_result, options.spec, options.run)
         stages = stage_layouts(target_result, options.spec)
         target = {f"stage_{s}.json": stage.text for s, stage in enumerate(stages)} or None
-        logical = with_moments(spec_params(target_result))
+        logical = spec_tensors(target_result)
         name = INIT_FILE if source.files[0].name == INIT_FILE else f"step_{source.step:08d}.ckpt"
         mesh = RankMesh.of(target_result.spec)
         made = _transformed(source, held.work, target)

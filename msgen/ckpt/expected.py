@@ -13,8 +13,9 @@ from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
 from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
-# what train.py saves beside parameters and moments (the step counters, the loss scale)
-STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter")
+# what train.py saves beside parameters and moments (the step counters, the loss scale,
+# the moe layers' auxiliary-loss total: model.py's AuxLosses, zeroed before each step)
+STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter", "add_aux.total")
 
 
 def spec_params(result) -> dict[str, tuple[int, ...]]:
@@ -31,22 +32,10 @@ def spec_params(result) -> dict[str, tuple[int, ...]]:
 
 
 def spec_buffers(result) -> dict[str, tuple[int, ...]]:
-    """The repeated layers' op buffers (the moe op's correction bias and load count:
-    checkpointed as the parameters are), by path, with their shapes."""
+    """The ops' buffers (moe's correction bias and load count) by path, with their shapes."""
     from msgen.analysis.plan import build_plan
-    from msgen.ops import OPS
 
-    plan = build_plan(result.spec, result.facts)
-    out = {}
-    for rep in plan.repeats:
-        buffers = {
-            f"{op}.{name}": shape
-            for op, of in plan.graph(rep.layer).ops.items()
-            for name, shape in OPS[of.node.kind].buffers(of.node).items()
-        }
-        for copy in range(rep.count):
-            out |= {f"{rep.layer}.{copy}.{name}": shape for name, shape in buffers.items()}
-    return out
+    return build_plan(result.spec, result.facts).buffers()
 
 
 def _buffer(name: str) -> bool:
@@ -59,6 +48,12 @@ def _buffer(name: str) -> bool:
 
 def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     return {**params, **{m + n: s for m in MOMENTS for n, s in params.items()}}
+
+
+def spec_tensors(result) -> dict[str, tuple[int, ...]]:
+    """What a training checkpoint of the spec holds: the parameters and their moments,
+    and the buffers (moe's correction bias), which have none."""
+    return with_moments(spec_params(result)) | spec_buffers(result)
 
 
 def expected_strategies(result, spec_path: Path) -> dict[str, str]:

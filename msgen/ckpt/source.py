@@ -23,10 +23,8 @@ from msgen.ckpt.expected import (
     check_tensors,
     expected_strategies,
     rank_shapes,
-    spec_buffers,
-    spec_params,
+    spec_tensors,
     stage_layouts,
-    with_moments,
 )
 from msgen.ckpt.runs import INIT_FILE, common_step, rank_folders, run_strategies
 from msgen.diagnostics import printable
@@ -94,8 +92,7 @@ def held(file: Path, want: dict[str, tuple[int, ...]], mesh: str) -> None:
 def read_source(result, spec: Path, run: Path) -> Source:
     """The run's newest common step, each rank's file of it checked against its mesh,
     and the strategy files that describe its slices."""
-    # the ops' buffers (the moe op's correction bias) are saved beside the parameters
-    logical = with_moments(spec_params(result)) | spec_buffers(result)
+    logical = spec_tensors(result)
     if (run / INIT_FILE).is_file() and not any(run.glob("rank_*")):
         held(run / INIT_FILE, logical, "the spec")
         return Source(0, [run / INIT_FILE], None)  # from-hf's whole checkpoint

@@ -8,6 +8,7 @@ from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.emit.mtp import mtp_spec
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
 from msgen.ir.devices import DEVICES
@@ -242,6 +243,7 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
         layer_fusion=layer_fusion,
         gradient_from=gradient_sources(plan),
         compiled_with=compiled_with,
+        mtp=mtp_spec(plan, net_ops, ctx, op_spec),
         max_device_memory=gigabytes(budget) if budget else "1024GB",
         model_flops_per_step=step_flops(plan).model,
         device=spec.cluster.device,

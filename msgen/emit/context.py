@@ -97,6 +97,26 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class MtpSpec:
+    """Multi-token prediction's modules in model.py (msgen/emit/mtp.py writes them)."""
+
+    depth: int
+    weight: float
+    layer: str  # the repeated layer each module runs one copy of
+    hidden: str  # h^0: the final norm's output; the modules' norms are copies of it
+    embedding: str  # the network op whose table the modules share
+    head: str  # the output layer's op
+    loss: str  # the cross_entropy op (the network's output)
+    eh_proj: OpSpec
+    concat: Strategy
+    ids: tuple[int, ...]  # the token ids' split as one strategy entry, e.g. (dp, 1)
+    gather: Strategy
+    rows: tuple[int, ...]  # the per-position losses' split, [batch, seq]
+    stage: int = 0
+    segment: int = 0
+
+
+@dataclass(frozen=True)
 class TrainSpec:
     micro_batch: int
     global_batch: int
@@ -161,6 +181,7 @@ class ModelContext:
     gradient_from: tuple[tuple[str, str], ...] = field(default=())
     # The comment lines saying which --set flags the tree was compiled with (none: none)
     compiled_with: tuple[str, ...] = field(default=())
+    mtp: MtpSpec | None = None  # multi-token prediction (train.mtp)
 
     @property
     def class_name(self) -> str:
@@ -180,11 +201,32 @@ class ModelContext:
         return any((op.setting("p") or 0) > 0 for op in self.ops())
 
     @property
+    def fused(self) -> bool:
+        """Some op runs a fused kernel on Ascend (a role of its strategies is one of its
+        op's `fused_roles`): model.py defines fused_kernels(), which chooses the path."""
+        return any(
+            role in OPS[op.kind].fused_roles for op in self.ops() for role, _ in op.strategies
+        )
+
+    @property
     def aux_losses(self) -> bool:
         """Some op adds an auxiliary loss (its `Snippet.aux`: moe's `aux_loss` or
         `z_loss` above 0): the network's loss includes it, and train.py logs it
         (log.csv's aux_loss)."""
         return any(OPS[op.kind].code(op, self).aux for op in self.ops())
+
+    @property
+    def expert_bias(self) -> bool:
+        """Some moe op has a correction bias (its `bias_rate` setting): train.py moves
+        it after each step (model.py's update_expert_bias)."""
+        return any(op.kind == "moe" and op.setting("bias_rate") is not None for op in self.ops())
+
+    @property
+    def logged_losses(self) -> tuple[tuple[str, str], ...]:
+        """The loss's terms train.py logs beside it: (log.csv column, the network's
+        attribute whose `total` sums the term over a step's micro-batches)."""
+        terms = (("aux_loss", "add_aux"),) if self.aux_losses else ()
+        return terms + ((("mtp_loss", "mtp"),) if self.mtp is not None else ())
 
     @property
     def lazy_inline(self) -> bool:
@@ -225,6 +267,12 @@ class ModelContext:
                     out.extend(pat for pat, p in zip(pats, inner.params) if not p.decay)
             else:
                 out.extend(f"{op.name}.{p.name}" for p in op.params if not p.decay)
+        if self.mtp is not None:  # the modules' norms and their block's
+            norm = next(op for op in self.network.ops if op.name == self.mtp.hidden)
+            parts = [(part, norm) for part in ("enorm", "hnorm", "norm")]
+            parts += [(f"block.{op.name}", op) for op in self.layer(self.mtp.layer).ops]
+            out.extend(f"mtp.layers.*.{part}.{p.name}" for part, op in parts
+                       for p in op.params if not p.decay)  # fmt: skip
         return tuple(dict.fromkeys(out))
 
     def ops(self) -> tuple[OpSpec, ...]:

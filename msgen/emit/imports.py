@@ -11,7 +11,7 @@ import sys
 
 from msgen.emit.context import ModelContext
 from msgen.ops import OPS
-from msgen.ops.imports import DROPOUT, LAZY_INLINE, SHELL, Import, parse
+from msgen.ops.imports import DROPOUT, FUSED, LAZY_INLINE, SHELL, Import, parse
 
 
 def _member_order(imp: Import) -> tuple[int, str, str, str]:
@@ -48,5 +48,10 @@ def block(lines: tuple[str, ...] | list[str]) -> str:
 def model_imports(ctx: ModelContext) -> str:
     """The import block of model.py: the shell's, and the union over the ops it emits."""
     lines = [*SHELL, *(LAZY_INLINE if ctx.lazy_inline else ()), *(DROPOUT if ctx.dropout else ())]
+    lines += FUSED if ctx.fused else ()
     lines += [line for op in ctx.ops() for line in OPS[op.kind].imports_of(op)]
+    if ctx.mtp is not None:
+        from msgen.emit.mtp import IMPORTS
+
+        lines += IMPORTS
     return block(lines)

@@ -21,11 +21,12 @@ INDENT = "    "
 CLOSING = {")": "(", "]": "[", "}": "{"}
 TAILS = ("", ":", ",")
 # The statements split here, up to their last bracket: `name(`, `target = name(`,
-# `target = [`, `for a, b in (`, `"key": (`. A name is a dotted one, a target has no
+# `target = [`, `for a, b in (`, `"key": (`, a keyword argument `key={` (an item of a
+# call split above it). A name is a dotted one, a target has no
 # brackets; anything else in front of the bracket (an operator, a keyword, a call)
 # brings in black's other rules.
 HEADS = re.compile(
-    r"""(?:[\w.]+(?:, [\w.]+)* = )?[\w.]*[(\[{]|for [\w, ]+ in [(\[]|"[^"\\]*": [(\[{]"""
+    r"""(?:[\w.]+(?:, [\w.]+)* = |\w+=)?[\w.]*[(\[{]|for [\w, ]+ in [(\[]|"[^"\\]*": [(\[{]"""
 )
 
 

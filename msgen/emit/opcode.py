@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgen.emit import mtp
 from msgen.emit.context import LayerSpec, ModelContext, OpSpec
 from msgen.ops import OPS
 
@@ -136,6 +137,16 @@ def network_code(ctx: ModelContext) -> CellCode:
     added to the loss and recorded for the log (model.py's AuxLosses) where the loss
     is, on the last stage."""
     code = _cell_code(ctx.network.ops, ctx, network=True)
+    if ctx.mtp is not None:  # the modules' loss joins the network's (msgen/emit/mtp.py)
+        code = CellCode(
+            (*code.init, *mtp.init_lines(ctx)),
+            (
+                *code.construct,
+                *mtp.construct_lines(ctx, layer_code(ctx.layer(ctx.mtp.layer), ctx).aux),
+            ),
+            code.helpers | mtp.helpers(ctx),
+            code.aux,
+        )
     if not code.aux:
         return code
     out = ctx.network.output

@@ -16,6 +16,7 @@ from msgen.analysis.facts import context
 from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan, Repeat
+from msgen.ops import OPS
 from msgen.ops.base import split_factor
 
 
@@ -43,6 +44,13 @@ def ops_json(plan: Plan, graph: str, copies: int) -> list[dict]:
         if of.layout is not None:
             entry["input_splits"] = [_split(s) for s in of.layout.inputs]
             entry["params"] = {p.name: _split(p.split) for p in of.layout.params}
+            # the fused kernels its code runs on Ascend (msgen/ops/base.py, fused_roles)
+            opdef = OPS[of.node.kind]
+            fused = opdef.fused_kernels(of.node, of.layout, ctx) if opdef.fused_roles else ()
+            if fused:
+                # a network op's stage, for the strategy files (a layer's copies have theirs)
+                at = {"stage": plan.network_op_stage(of.node)} if graph == "network" else {}
+                entry["fused"] = [{"primitive": p, "strategy": s} | at for p, s in fused]
             entry["collectives"] = [
                 {
                     "kind": c.kind,
@@ -101,6 +109,24 @@ def layer_params_json(plan: Plan, sources: dict[str, str]) -> list[dict]:
         for rep in plan.repeats
         for run in plan.layer_runs(rep)
     ]
+
+
+def buffers_json(plan: Plan) -> list[dict]:
+    """Buffers (`Plan.buffers`), whole on their op's stage: the network's by path, the
+    repeated layers' as runs of copies on one stage, as their parameters."""
+    out = [
+        {"path": f"{node.name}.{name}", "shape": list(shape), "split": ["1"] * len(shape),
+         "stages": [plan.network_op_stage(node)]}
+        for node, name, shape in plan.op_buffers("network")
+    ]  # fmt: skip
+    for rep in plan.repeats:
+        for node, name, shape in plan.op_buffers(rep.layer):
+            out += [
+                {"layer": rep.layer, "name": f"{node.name}.{name}", "copies": [first, end],
+                 "shape": list(shape), "split": ["1"] * len(shape), "stages": [stage]}
+                for first, end, stage, _ in plan.placement_runs(rep)
+            ]  # fmt: skip
+    return out
 
 
 GROUPS = "@groups"  # where the groups go, laid out by `_groups_text`
@@ -168,5 +194,8 @@ def plan_json(
         "layer_params": layer_params_json(plan, sources),
         "estimate": estimate,
     }
+    buffers = buffers_json(plan)
+    if buffers:  # the key only where there are some: other plans stay as they were
+        doc["buffers"] = buffers
     text = json.dumps(doc, indent=2)
     return text.replace(json.dumps(GROUPS), _groups_text(groups, "  "), 1) + "\n"

@@ -21,9 +21,10 @@ def _render(name: str, **values: Any) -> str:
     return format_python(template(name).render(**values))
 
 
-def _helper_cells(ctx: ModelContext, helpers: frozenset[str]) -> list[str]:
+def _helper_cells(ctx: ModelContext, helpers: frozenset[str], mtp_aux: bool) -> list[str]:
     """The helper cells the model's code uses, each from its op's fragment in
-    templates/ops/, rendered with the values its op gives (`OpDef.helper_values`)."""
+    templates/ops/, rendered with the values its op gives (`OpDef.helper_values`);
+    then multi-token prediction's, whose block may thread auxiliary losses."""
     ops = ctx.ops()
     return [
         template(f"ops/{helper}.py.j2").render(
@@ -32,7 +33,7 @@ def _helper_cells(ctx: ModelContext, helpers: frozenset[str]) -> list[str]:
         for kind, opdef in OPS.items()
         for helper in opdef.helpers
         if helper in helpers
-    ]
+    ] + ([template("ops/mtp.py.j2").render(aux=mtp_aux)] if "mtp" in helpers else [])
 
 
 def render_model(ctx: ModelContext) -> str:
@@ -47,7 +48,7 @@ def render_model(ctx: ModelContext) -> str:
         code=code,
         helpers=helpers,
         imports=model_imports(ctx),
-        helper_cells=_helper_cells(ctx, helpers),
+        helper_cells=_helper_cells(ctx, helpers, ctx.mtp is not None and code[ctx.mtp.layer].aux),
         dtypes=DTYPES,
     )
 

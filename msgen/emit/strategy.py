@@ -51,9 +51,19 @@ class Unsupported(ValueError):
 
 def parameters(doc: dict) -> list[dict]:
     """plan.json's parameters one per path, each with its stages."""
+    return _one_per_path(doc["params"], doc["layer_params"])
+
+
+def buffers(doc: dict) -> list[dict]:
+    """plan.json's buffers one per path (moe's correction bias): whole, no moments."""
+    listed = doc.get("buffers", [])
+    return _one_per_path([b for b in listed if "path" in b], [b for b in listed if "layer" in b])
+
+
+def _one_per_path(entries: list[dict], runs: list[dict]) -> list[dict]:
     out = [{"path": p["path"], "shape": p["shape"], "split": p["split"], "stages": p["stages"]}
-           for p in doc["params"]]  # fmt: skip
-    for run in doc["layer_params"]:
+           for p in entries]  # fmt: skip
+    for run in runs:
         for copy in range(*run["copies"]):
             path = f"{run['layer']}.{copy}.{run['name']}"
             out.append({"path": path, "shape": run["shape"], "split": run["split"],
@@ -81,6 +91,28 @@ def layout(param: dict, doc: dict, mesh: RankMesh) -> dict:
     }
 
 
+def fused_items(doc: dict, stage: int) -> dict[str, dict]:
+    """The strategy items of the fused kernels a stage's ranks run on Ascend (plan.json's
+    `fused`), one per primitive of each op of each layer copy on the stage, named
+    `<op path> <primitive>`; each with its stage, as MindSpore's items have."""
+    items = {}
+    for graph, ops in doc["ops"].items():
+        if graph == "network":
+            paths = [("", None)]
+        else:
+            runs = doc["layers"][graph]["placement"]
+            paths = [
+                (f"{graph}.{copy}.", run["stage"]) for run in runs for copy in range(*run["copies"])
+            ]
+        for op in ops:
+            for kernel in op.get("fused", ()):
+                for prefix, copy_stage in paths:
+                    if kernel.get("stage", copy_stage) == stage:
+                        name = f"{prefix}{op['name']} {kernel['primitive']}"
+                        items[name] = {"stage": stage, "parallel_strategy": kernel["strategy"]}
+    return items
+
+
 def strategy_files(doc: dict) -> dict[str, str]:
     """`strategy/stage_<s>.json` for each pipeline stage of a semi-auto plan.json."""
     accumulates = doc["mesh"]["pp"] > 1 or doc["micro_batches"] > 1
@@ -94,14 +126,18 @@ def strategy_files(doc: dict) -> dict[str, str]:
             if stage in p["stages"]
             for prefix in prefixes
         }
+        layouts |= {b["path"]: layout(b, doc, mesh) for b in buffers(doc) if stage in b["stages"]}
         # One parameter a line, for review. merge_pipeline_strategys reads a stage's
         # number from its strategy items.
         items = ",\n".join(
             f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(layouts.items())
         )
+        # "network" first: MindSpore's merge reads the stage of the first item
+        kernels = {"network": {"stage": stage}} | fused_items(doc, stage)
+        ops = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in kernels.items())
         files[f"strategy/stage_{stage}.json"] = (
             f'{{"current_stage": {stage},\n'
-            f' "parallel_strategy_item": {{"network": {{"stage": {stage}}}}},\n'
+            f' "parallel_strategy_item": {{\n{ops}\n }},\n'
             f' "parallel_layout_item": {{\n{items}\n }}\n}}\n'
         )
     return files

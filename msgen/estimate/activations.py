@@ -148,7 +148,9 @@ def network_saves(plan: Plan, sizes: dict[str, int]) -> tuple[list[int], list[in
     loss op's, those freed before any repeated layer's backward). The loss op's (the
     fp32 logits) are the logits row. Freed: read only by ops after the last repeat,
     whose backward runs before the layers' (the final norm's and output layer's
-    inputs, the loss's)."""
+    inputs, the loss's). Multi-token prediction's modules are on the last stage: each
+    keeps what its ops and its block copy keep (others) and its own fp32 logits (the
+    logits row), all freed before the repeated layers' backward."""
     gf = plan.graph("network")
     loss = gf.graph.output
     names = list(gf.ops)
@@ -171,4 +173,15 @@ def network_saves(plan: Plan, sizes: dict[str, int]) -> tuple[list[int], list[in
     for (stage, key), n in seen.items():
         if (stage, key) not in early:
             freed[stage] += n
+    if plan.mtp is not None:
+        mod, last = plan.mtp, plan.stages - 1
+        own, loss = mod.saves()
+        block = layer_activation_bytes(
+            plan.graph(mod.setting.layer), plan.spec.recompute.get(mod.setting.layer), sizes
+        )
+        kept = mod.setting.depth * (sum(saved_bytes(s, sizes) for s in own) + block)
+        fp32 = mod.setting.depth * sum(saved_bytes(s, sizes) for s in loss)
+        others[last] += kept
+        logits[last] += fp32
+        freed[last] += kept + fp32  # the modules' backward runs before the layers'
     return others, logits, freed

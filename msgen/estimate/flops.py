@@ -63,19 +63,28 @@ class StepFlops:
 
 
 def step_flops(plan: Plan) -> StepFlops:
-    """Model and hardware FLOPs of one step over every device."""
+    """Model and hardware FLOPs of one step over every device; multi-token
+    prediction's modules (each its ops and one copy of its layer) included."""
     spec = plan.spec
     ctx = context(spec)
     model = hardware = 0
-    graphs = [(r.layer, r.count) for r in plan.repeats] + [("network", 1)]
-    for name, copies in graphs:
-        rerun = set(recomputed(plan.graph(name), spec.recompute.get(name)))
-        for of in graph_ops(plan, name):
+
+    def add(ops: list[OpFacts], copies: int, rerun: set[str]) -> None:
+        nonlocal model, hardware
+        for of in ops:
             fwd = op_work(of, ctx)
             bwd = OPS[of.node.kind].backward_work(of.node, fwd)
             model += copies * (fwd.matmul_flops + bwd.matmul_flops)
             again = fwd.kernel_flops if of.node.name in rerun else 0
             hardware += copies * (fwd.kernel_flops + bwd.kernel_flops + again)
+
+    graphs = [(r.layer, r.count) for r in plan.repeats] + [("network", 1)]
+    if plan.mtp is not None:
+        graphs.append((plan.mtp.setting.layer, plan.mtp.setting.depth))
+        add(list(plan.mtp.ops), plan.mtp.setting.depth, set())
+    for name, copies in graphs:
+        rerun = set(recomputed(plan.graph(name), spec.recompute.get(name)))
+        add(graph_ops(plan, name), copies, rerun)
     return StepFlops(model * spec.micro_batches, hardware * spec.micro_batches)
 
 

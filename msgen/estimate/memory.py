@@ -247,6 +247,7 @@ class Estimate:
     mesh: dict[str, int]
     params_total: int
     params_active: int  # what one token's forward reads (mixtures of experts: fewer)
+    params_mtp: int  # the multi-token prediction modules' own, inside params_total
     precision: Precision
     zero: int
     schedule: str
@@ -344,6 +345,7 @@ def estimate(plan: Plan) -> Estimate:
         mesh=dict(sizes),
         params_total=plan.params_total,
         params_active=plan.params_active,
+        params_mtp=plan.params_mtp,
         precision=prec,
         zero=zero,
         schedule=spec.pipeline.schedule,

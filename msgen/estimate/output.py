@@ -174,6 +174,11 @@ class EstimateReport(_Data):
         description="the parameters one token's forward reads: all but the experts a "
         "mixture of experts does not route it to (equal to params_total without moe)"
     )
+    params_mtp: int = Field(
+        description="the multi-token prediction modules' own parameters (train.mtp), inside "
+        "params_total: their norms, eh_proj and block; the embedding table and output "
+        "layer they share are the main model's (0 without mtp)"
+    )
     budget_bytes: int | None
     budget_source: str | None = Field(description='"budget.device_memory" or "device"')
     hbm_bytes: int | None = Field(description="of the device")
@@ -252,6 +257,7 @@ def estimate_report(
         ),
         params_total=est.params_total,
         params_active=est.params_active,
+        params_mtp=est.params_mtp,
         budget_bytes=est.budget_bytes,
         budget_source=est.budget_source,
         hbm_bytes=device.hbm_bytes if device else None,

@@ -150,6 +150,9 @@ def render_text(est: Estimate, overrides: list[str] = (), timing: list[str] = ()
     if est.params_active != est.params_total:
         active = est.params_active
         lines.append(f"  active per token: {active:,} parameters ({active / 1e9:.2f} B)")
+    if est.params_mtp:
+        mtp = est.params_mtp
+        lines.append(f"  multi-token prediction: {mtp:,} parameters ({mtp / 1e9:.2f} B) of them")
     if overrides:
         lines.append("  what-if: " + " ".join(f"--set {o}" for o in overrides))
     master = f" + master {prec.master}" if prec.master else ""

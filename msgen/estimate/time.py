@@ -316,6 +316,12 @@ def step_time(plan: Plan, est: Estimate, device: Device | None = None) -> StepTi
     network = [NO_COST] * plan.stages
     for of in graph_ops(plan, "network"):
         network[plan.network_op_stage(of.node)] += graph_cost([of], set(), ctx, machine)
+    if plan.mtp is not None:  # the modules run on the last stage
+        mod = plan.mtp.setting
+        rerun = set(recomputed(plan.graph(mod.layer), spec.recompute.get(mod.layer)))
+        block = graph_cost(graph_ops(plan, mod.layer), rerun, ctx, machine)
+        own = graph_cost(list(plan.mtp.ops), set(), ctx, machine)
+        network[-1] += (own + block) * mod.depth
     work, parts = [], []
     for stage in range(plan.stages):
         copies = plan.copies_on_stage(stage)

@@ -24,8 +24,16 @@ from msgen.ops.rope_scaling import REFUSED, SIGNATURES, ScalingError, resolved
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB; anything near this is not one
 
 # rope_scaling's numbers as transformers 4.57's modeling_rope_utils reads them
-ROPE_SCALING_NUMBERS = ("factor", "low_freq_factor", "high_freq_factor", "beta_fast",
-                        "beta_slow", "mscale", "mscale_all_dim", "attention_factor")  # fmt: skip
+ROPE_SCALING_NUMBERS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+)
 
 # model_type -> family. Qwen2 has q/k/v biases and no key for them
 # (modeling_qwen2.py, Qwen2Attention: q_proj, k_proj, v_proj bias=True, o_proj bias=False).

@@ -174,6 +174,7 @@ class Train(Block):
     log_every: int = 10  # steps between console lines (log.csv has every step)
     # output projections of repeated layers initialised with std 0.02 / sqrt(2 * layers)
     scaled_init: bool = True
+    mtp: Call | None = None  # `mtp(depth = 1, weight = 0.1)`: multi-token prediction
 
 
 class Budget(Block):

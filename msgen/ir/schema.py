@@ -77,7 +77,8 @@ KEYS = {
     "train": {"micro_batch": True, "global_batch": True, "optimizer": True, "schedule": True,
               "zero": False, "loss_scale": False, "grad_clip": False, "master_weights": False,
               "grad_dtype": False, "checkpoint": False, "data": False, "seed": False,
-              "log_every": False, "scaled_init": False, "eval_every": False},
+              "log_every": False, "scaled_init": False, "eval_every": False,
+              "mtp": False},
     "budget": {"device_memory": False},
 }  # fmt: skip
 
@@ -93,6 +94,13 @@ SCHEDULES: dict[str, dict[str, object]] = {
     "cosine": {"warmup": 0, "steps": REQUIRED, "min_lr": 0.0},
     "constant": {"warmup": 0},
 }
+
+
+# Keyword arguments and defaults of `train.mtp`, DeepSeek-V3's multi-token prediction:
+# `depth` modules (num_nextn_predict_layers, Megatron-LM's mtp_num_layers), the loss
+# weight lambda (Megatron-LM's mtp_loss_scaling_factor default), and the repeated layer
+# each module runs once (none: the layer of the network's last repeat).
+MTP: dict[str, dict[str, object]] = {"mtp": {"depth": 1, "weight": 0.1, "layer": None}}
 
 
 def with_defaults(table: dict[str, dict[str, object]], name: str, args: dict) -> dict:

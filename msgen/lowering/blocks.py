@@ -123,7 +123,7 @@ class BlockLowering(Reader):
                 values[key] = ev.dim(v, key)
             elif key in ("zero", "seed"):
                 values[key] = ev.integer(v, key)
-            elif key in ("optimizer", "schedule"):
+            elif key in ("optimizer", "schedule", "mtp"):
                 values[key] = self.call(v, key, ev)
             elif key == "loss_scale":
                 if isinstance(v, ast.Name):

@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 from msgen.ops.base import OpDef
-from msgen.ops.imports import DROPOUT, LAZY_INLINE, SHELL, bound
+from msgen.ops.imports import DROPOUT, FUSED, LAZY_INLINE, SHELL, bound
 
 
 def _discover() -> dict[str, OpDef]:
@@ -40,7 +40,13 @@ def imported_names() -> frozenset[str]:
     """Every name a generated model.py may import: its shell's, and each op's under
     any settings."""
     return bound(
-        [*SHELL, *LAZY_INLINE, *DROPOUT, *(line for op in OPS.values() for line in op.imports_of())]
+        [
+            *SHELL,
+            *LAZY_INLINE,
+            *DROPOUT,
+            *FUSED,
+            *(line for op in OPS.values() for line in op.imports_of()),
+        ]
     )
 
 

@@ -12,6 +12,8 @@ as transformers does (msgen.ops.rope_scaling); it changes no shape, memory or FL
 
 from __future__ import annotations
 
+import json
+
 from msgen.ops.base import (
     Arg,
     Layout,
@@ -57,6 +59,11 @@ def check_scaling(node) -> None:
         raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
 
 
+def py(value) -> str:
+    """A scaling parameter as Python source, strings in black's double quotes."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
 def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
     """The scaling as the generated cell takes it, transformers' `rope_scaling` dict
     (its `rope_type`, then each parameter set or defaulted), as items."""
@@ -91,19 +98,31 @@ class Attention(OpDef):
         "from mindspore import Tensor, nn, ops",
         "from mindspore.common import dtype as mstype",
     )
-    # with flash, FlashAttentionScore, picked on Ascend only (the device target decides)
+    # with flash, FlashAttentionScore, picked on Ascend only (model.py's fused_kernels)
     setting_imports = {
-        "rope_scaling": ("import math",),  # the frequencies' source (rope_scaling.frequencies)
-        "flash": (
-            "import mindspore as ms",
-            "from mindspore.ops.operations.nn_ops import FlashAttentionScore",
-        ),
+        "flash": ("from mindspore.ops.operations.nn_ops import FlashAttentionScore",),
+        "rope": ("from mindspore.ops.auto_generate import RotaryPositionEmbedding",),
+        # the scaled frequencies' source (msgen/ops/rope_scaling/frequencies.py) reads math
+        "rope_scaling": ("import math",),
     }
+
+    # with rope, RotaryPositionEmbedding on Ascend; with flash, FlashAttentionScore
+    fused_roles = {"rope_kernel": "RotaryPositionEmbedding", "flash": "FlashAttentionScore"}
 
     def strategies(self, node, layout, ctx):
         sb, _, sh = factors(layout.inputs[0], ctx)
         q = (sb, sh, 1, 1)
-        return (("scores", (q, q)),)
+        roles = [("scores", (q, q))]
+        if self.arg(node, "rope"):
+            # x split as the scores are (batch, heads), head_dim whole for the rotation's
+            # halves; the cos and sin tables whole, as mindformers shards the kernel
+            # (training_graph/base_models/common/embeddings/rope_utils.py)
+            roles.append(("rope_kernel", (q, (1, 1, 1, 1), (1, 1, 1, 1))))
+        if self.arg(node, "flash"):
+            # q, k, v split as the scores are, BNSD; a causal model's compressed mask whole
+            mask = ((1, 1),) if self.arg(node, "causal") else ()
+            roles.append(("flash", (q, q, q) + mask))
+        return tuple(roles)
 
     def settings(self, node, ctx):
         return {
@@ -131,17 +150,18 @@ class Attention(OpDef):
             "qk_norm": any(op.setting("qk_norm") for op in ops),
             "rope_scaling": scaled,
             "rope_frequencies": frequencies_source() if scaled else "",
+            "rope": any(op.setting("rope") for op in ops),
         }
 
     def code(self, op, model):
         (qkv,) = op.inputs
         s = op.setting
-        extra = ", flash=True" if s("flash") else ""
+        extra = f", flash={op.strategy('flash')}" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
         if s("rope_scaling"):
-            extra += (
-                ", rope_scaling={" + ", ".join(f"{k!r}: {v!r}" for k, v in s("rope_scaling")) + "}"
-            )
+            items = ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in s("rope_scaling"))
+            extra += f", rope_scaling={{{items}}}"
+        extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
             f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
@@ -210,7 +230,9 @@ class Attention(OpDef):
         sb, _, sh = output.split
         item = ctx.dtype_bytes
         # backward needs the rotated q and k (and v), a tensor of qkv's size, or the
-        # normed ones without rope; the q/k norms' backward reads their input, qkv
+        # normed ones without rope; the q/k norms' backward reads their input, qkv.
+        # The fused rope saves nothing more: RotaryPositionEmbeddingGrad reads dy, cos
+        # and sin (ops/auto_generate/gen_ops_prim.py).
         rope, qk_norm = node.args.get("rope"), node.args.get("qk_norm")
         own = "qkv_rope" if rope else ("qk_normed" if qk_norm else None)
         saved = [Saved(f"{node.name}.{own}", qkv.shape, qkv.split, item, "internal")] if own else []

@@ -220,6 +220,12 @@ class OpDef:
     # Its parameters stacked over experts: ep splits their first dim and nothing else
     # (msgen.checks.sharding), as the generated code splits them.
     expert_params: ClassVar[frozenset[str]] = frozenset()
+    # The roles of `strategies` that are MindSpore fused kernels, by the primitive's
+    # name: on Ascend the op's code runs that primitive with that strategy, elsewhere it
+    # composes the same computation from basic primitives (the 2.10 CPU build registers
+    # no kernel for RmsNorm, Swiglu or RotaryPositionEmbedding). plan.json and the
+    # strategy files list them (`fused_kernels`); model.py's `fused_kernels()` chooses.
+    fused_roles: ClassVar[dict[str, str]] = {}
 
     def arg(self, node: OpNode, name: str):
         """An argument as written, else its declared default."""
@@ -285,6 +291,14 @@ class OpDef:
         """`(role, strategy)` per primitive of the op, from the layout the checks chose;
         a role that is absent is not sharded. Default: one role `x`, the first input's."""
         return (("x", (factors(layout.inputs[0], ctx),)),)
+
+    def fused_kernels(self, node: OpNode, layout: Layout, ctx: Context):
+        """`(primitive, strategy)` of each fused kernel the op runs on Ascend."""
+        return tuple(
+            (self.fused_roles[role], strategy)
+            for role, strategy in self.strategies(node, layout, ctx)
+            if role in self.fused_roles
+        )
 
     def settings(self, node: OpNode, ctx: Context) -> dict:
         """What `code` needs beyond the op's inputs, parameters and strategies."""

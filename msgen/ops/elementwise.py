@@ -59,12 +59,28 @@ class Silu(_Unary):
 
 class Swiglu(_Unary):
     """[gate | up] halves of the last dim; out = silu(gate) * up. A split last dim
-    splits both halves alike (the producing weight is laid out per shard)."""
+    splits both halves alike (the producing weight is laid out per shard): a last dim
+    split k ways is [gate_0 | up_0 | ... | gate_k-1 | up_k-1], so the code views it as
+    [..., k, 2, n / (2k)] and halves the 2, a dim no strategy splits (MindSpore's
+    Split, and Swiglu's SwigluInfo, a Softmax in frontend/parallel/ops_info/
+    activation_info.h, refuse a split axis), as mindformers' fused path does
+    (parallel_core/training_graph/transformer/mlp.py). For k = 1 these are the halves.
+
+    On Ascend one Swiglu kernel (ops/auto_generate/gen_ops_prim.py, `(input, dim=-1)`)
+    computes it. Both paths save the input only: SwigluGrad reads dy and x."""
 
     name = "swiglu"
     args = (Arg("x", "tensor"),)
     helpers = ("swiglu",)
-    imports = ("from mindspore import nn, ops", "from mindspore.ops.auto_generate import SiLU")
+    imports = (
+        "from mindspore import nn, ops",
+        "from mindspore.ops.auto_generate import SiLU, Swiglu",
+    )
+    fused_roles = {"kernel": "Swiglu"}
+
+    def strategies(self, node, layout, ctx):
+        x = factors(layout.inputs[0], ctx)
+        return (("kernel", (x[:-1] + (x[-1], 1, 1),)),)
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs
@@ -74,7 +90,7 @@ class Swiglu(_Unary):
 
     def code(self, op, model):
         (x,) = op.inputs
-        return Snippet(f"SwiGLU({op.strategy('x')})", f"self.{op.name}({x})", "swiglu")
+        return Snippet(f"SwiGLU({op.strategy('kernel')})", f"self.{op.name}({x})", "swiglu")
 
 
 class Dropout(_Unary):

@@ -24,6 +24,8 @@ LAZY_INLINE = (
 )
 # model.py's dropout_seeds, when some op drops out (msgen.emit.context, `dropout`)
 DROPOUT = ("import itertools", "import mindspore as ms")
+# model.py's fused_kernels, when some op has a fused kernel (msgen.emit.context, `fused`)
+FUSED = ("import mindspore as ms",)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ class _Norm(OpDef):
     def code(self, op, model):
         (x,) = op.inputs
         (hidden,) = op.params[0].shape
-        make = f"{self.cell}({hidden}, eps={op.setting('eps')!r}, norm={op.strategy('norm')})"
-        return Snippet(make, f"self.{op.name}({x})", self.name)
+        kernels = "".join(f", {role}={op.strategy(role)}" for role in self.fused_roles)
+        make = f"{self.cell}({hidden}, eps={op.setting('eps')!r}, norm={op.strategy('norm')}"
+        return Snippet(f"{make}{kernels})", f"self.{op.name}({x})", self.name)
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs
@@ -58,6 +59,9 @@ class _Norm(OpDef):
         return Layout(inputs=(out,), output=out, params=tuple(params))
 
     def saves(self, node, inputs, output, ctx):
+        # Backward reads the input (and per-row statistics, too small to count). The
+        # fused RmsNorm saves the same: RmsNormGrad takes dy, x, rstd and gamma (the
+        # kernel's rstd output, [rows, 1] fp32), so both paths keep x.
         return [saved_operand(node.inputs[0].name, inputs[0])]
 
 
@@ -82,8 +86,17 @@ class RmsNorm(_Norm):
     weights = ("gamma",)
     inits = {"gamma": "ones"}
     helpers = ("rmsnorm",)
-    imports = ("from mindspore import nn, ops", "from mindspore.common import dtype as mstype")
+    # RmsNorm(epsilon)(x, gamma) -> (y, rstd): ops/auto_generate/gen_ops_prim.py (2.10)
+    imports = (
+        "from mindspore import nn, ops",
+        "from mindspore.common import dtype as mstype",
+        "from mindspore.ops.auto_generate import RmsNorm",
+    )
     cell = "RMSNorm"
+    fused_roles = {"kernel": "RmsNorm"}
 
     def strategies(self, node, layout, ctx):
-        return (("norm", (factors(layout.inputs[0], ctx),)),)
+        x = factors(layout.inputs[0], ctx)
+        # The kernel's x is whole from the normalised dim on and gamma whole, as
+        # RmsNormInfo::CheckStrategy requires (frontend/parallel/ops_info/rms_norm_info.cc).
+        return (("norm", (x,)), ("kernel", (x, (1,))))

@@ -80,7 +80,7 @@ class TimeDiff(_Data):
 class OpChange(_Data):
     graph: str = Field(description="a layer's name, or network")
     op: str = Field(description="the op, or `(layer)` for the layer's own recompute")
-    aspect: Literal["call", "strategy", "collectives", "recompute"]
+    aspect: Literal["call", "strategy", "fused", "collectives", "recompute"]
     old: str | None
     new: str | None
 

@@ -1,6 +1,6 @@
 """Per op and per parameter, what the two sides' plans say: the op's call, the
-strategy tuples model.py passes to `shard`, the collectives plan.json says they
-imply, the recompute marks; each parameter's shape, split, stages and fusion id,
+strategy tuples model.py passes to `shard`, the fused kernels it runs on Ascend,
+the collectives plan.json says they imply, the recompute marks; each parameter's shape, split, stages and fusion id,
 a repeated layer's as runs of copies, as plan.json lists them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from msgen.ir.models import Spec
 from msgen.review.model import OpChange, ParamChange
 from msgen.review.settings import show
 
-OP_ASPECTS = ("call", "strategy", "collectives", "recompute")
+OP_ASPECTS = ("call", "strategy", "fused", "collectives", "recompute")
 PARAM_ASPECTS = ("shape", "split", "stages", "fusion_id", "gradient_from")
 LAYER = "(layer)"  # the op name of a layer's own recompute mark
 
@@ -39,6 +39,14 @@ def _collectives(entry: dict) -> str | None:
     return "; ".join(found) or None
 
 
+def _fused(entry: dict) -> str | None:
+    """The fused kernels the op runs on Ascend (plan.json's `fused`), with strategies."""
+    found = [
+        f"{k['primitive']} {tuple(tuple(s) for s in k['strategy'])}" for k in entry.get("fused", [])
+    ]
+    return "; ".join(found) or None
+
+
 def _op(op: OpSpec) -> dict[str, str | None]:
     strategy = "; ".join(f"{role} {strategy}" for role, strategy in op.strategies)
     return {"strategy": strategy or None, "recompute": "selected" if op.recompute else None}
@@ -59,6 +67,7 @@ def op_facts(spec: Spec, context: ModelContext, plan: dict) -> dict[tuple[str, s
         for entry in entries:
             if (graph, entry["name"]) in out:
                 out[(graph, entry["name"])]["collectives"] = _collectives(entry)
+                out[(graph, entry["name"])]["fused"] = _fused(entry)
     return out
 
 

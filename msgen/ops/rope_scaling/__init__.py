@@ -92,7 +92,7 @@ def resolved(kind: str, given: dict) -> dict[str, float | bool | None]:
             raise ScalingError(
                 "MSL126", f"`{key}` of rope scaling {kind} is a positive number", key
             )
-    params = {**optional, **given}
+    params = {key: given.get(key, optional.get(key)) for key in (*required, *optional)}
     if kind == "llama3" and params["high_freq_factor"] <= params["low_freq_factor"]:
         raise ScalingError(
             "MSL126",

@@ -64,19 +64,18 @@ def _yarn(dim, theta, powers, params):
     factor = params["factor"]
     attention_factor = params.get("attention_factor")
     mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
-    if attention_factor is None:
-        if mscale and mscale_all_dim:
-            attention_factor = float(
-                _yarn_factor(factor, mscale) / _yarn_factor(factor, mscale_all_dim)
-            )
-        else:
-            attention_factor = _yarn_factor(factor)
+    if attention_factor is None and mscale and mscale_all_dim:
+        ratio = _yarn_factor(factor, mscale) / _yarn_factor(factor, mscale_all_dim)
+        attention_factor = float(ratio)
+    elif attention_factor is None:
+        attention_factor = _yarn_factor(factor)
     beta_fast = params.get("beta_fast") or 32
     beta_slow = params.get("beta_slow") or 1
     context = params["original_max_position_embeddings"]
 
     def correction_dim(rotations):
-        return (dim * math.log(context / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+        turns = math.log(context / (rotations * 2 * math.pi))
+        return (dim * turns) / (2 * math.log(theta))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
     if params.get("truncate", True):
@@ -84,13 +83,11 @@ def _yarn(dim, theta, powers, params):
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # the ramp would divide by zero
-    ramp = np.clip(
-        (np.arange(dim // 2).astype(np.float32) - np.float32(low)) / np.float32(high - low), 0, 1
-    )
+    bands = np.arange(dim // 2).astype(np.float32)
+    ramp = np.clip((bands - np.float32(low)) / np.float32(high - low), 0, 1)
     extrapolation = np.float32(1) - ramp.astype(np.float32)
     inv_extrapolation = np.float32(1.0) / powers
     inv_interpolation = np.float32(1.0) / (np.float32(factor) * powers)
-    inv_freq = (
-        inv_interpolation * (np.float32(1) - extrapolation) + inv_extrapolation * extrapolation
-    )
+    interpolated = inv_interpolation * (np.float32(1) - extrapolation)
+    inv_freq = interpolated + inv_extrapolation * extrapolation
     return inv_freq.astype(np.float32), attention_factor
