@@ -23,8 +23,7 @@ BASE = {
     "vocab_size": 32,
     "rms_norm_eps": 1e-6,
 }
-# the latent attention's sizes (v wider than nope, so a swapped kv_b split shows), 4
-# experts after a dense first layer
+# the latent attention's sizes (q LoRA set per family), 4 experts after a dense layer
 DEEPSEEK = {
     "kv_lora_rank": 8,
     "qk_nope_head_dim": 4,
