@@ -98,3 +98,28 @@ def test_deepseek_v3_fits_2048_ascend_910b(capsys):
     assert doc["fits"] and all(stage["fits"] for stage in doc["stages"])
     assert max(stage["total_bytes"] for stage in doc["stages"]) <= doc["budget_bytes"]
     assert sum(stage["layers"] for stage in doc["stages"]) == 61
+
+
+# `msgen plan specs/validation/deepseek_v3.msl --top 1` (minutes over 2,048 devices:
+# 30,924 layouts pass every check but the budget, 1,053 fit): its best plan
+PLANNED = (
+    *("mesh.dp=64", "mesh.tp=1", "mesh.pp=32", "mesh.ep=8", "train.micro_batch=1"),
+    *("pipeline.micro_batches=256", "train.zero=2", "recompute.decoder_moe=select(att, moe)"),
+    *("recompute.dense=full", "pipeline.schedule=1f1b"),
+)
+
+
+def test_the_planners_deepseek_v3_plan_fits_and_beats_the_written_layout(capsys):
+    """The planner's best layout for DeepSeek-V3 on the 2,048 devices (pp 32, ep 8 inside
+    dp 64, zero 2, the attention and experts recomputed) fits and is predicted faster
+    than the spec's DeepSeek-shaped one (pp 16, ep 64): ep 8 keeps each layer's
+    all-to-alls inside a server."""
+    written = estimate_json(capsys, VALIDATION / "deepseek_v3.msl")
+    sets = [a for s in PLANNED for a in ("--set", s)]
+    planned = estimate_json(capsys, VALIDATION / "deepseek_v3.msl", *sets)
+    assert planned["devices"] == 2048 and planned["fits"]
+    assert all(stage["fits"] for stage in planned["stages"])
+    assert planned["time"]["step_s"] < written["time"]["step_s"]
+    across = "ep all-to-alls across servers"
+    assert across in written["time"]["moe_validation"]["reason"]
+    assert across not in planned["time"]["moe_validation"]["reason"]
