@@ -23,6 +23,17 @@ BASE = {
     "vocab_size": 32,
     "rms_norm_eps": 1e-6,
 }
+# the latent attention's sizes (q LoRA set per family), 4 experts after a dense layer
+DEEPSEEK = {
+    "kv_lora_rank": 8,
+    "qk_nope_head_dim": 4,
+    "qk_rope_head_dim": 4,
+    "v_head_dim": 6,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 8,
+    "first_k_dense_replace": 1,
+}
 CONFIGS = {
     "llama": {"attention_bias": True, "mlp_bias": True},
     "qwen2": {"tie_word_embeddings": True},
@@ -33,6 +44,8 @@ CONFIGS = {
                   "mlp_only_layers": [1]},  # fmt: skip
     "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
                   "shared_expert_intermediate_size": 12, "decoder_sparse_step": 2},  # fmt: skip
+    "deepseek_v2": {**DEEPSEEK, "q_lora_rank": None},
+    "deepseek_v3": {**DEEPSEEK, "q_lora_rank": 6, "n_group": 2, "topk_group": 1},
 }
 
 

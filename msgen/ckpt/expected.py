@@ -31,6 +31,21 @@ def spec_params(result) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def spec_buffers(result) -> dict[str, tuple[int, ...]]:
+    """The ops' buffers (moe's correction bias and load count) by path, with their shapes."""
+    from msgen.analysis.plan import build_plan
+
+    return build_plan(result.spec, result.facts).buffers()
+
+
+def _buffer(name: str) -> bool:
+    """A buffer a checkpoint may leave out: it starts at its initial value (the moe
+    op's correction bias at zero, its load count zeroed before each step)."""
+    from msgen.ops.moe_routing import BUFFERS
+
+    return name.rsplit(".", 1)[-1] in BUFFERS
+
+
 def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     return {**params, **{m + n: s for m in MOMENTS for n, s in params.items()}}
 
@@ -38,9 +53,7 @@ def with_moments(params: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...
 def spec_tensors(result) -> dict[str, tuple[int, ...]]:
     """What a training checkpoint of the spec holds: the parameters and their moments,
     and the buffers (moe's correction bias), which have none."""
-    from msgen.analysis.plan import build_plan
-
-    return with_moments(spec_params(result)) | build_plan(result.spec, result.facts).buffers()
+    return with_moments(spec_params(result)) | spec_buffers(result)
 
 
 def expected_strategies(result, spec_path: Path) -> dict[str, str]:
@@ -89,6 +102,9 @@ def rank_shapes(logical: dict, layouts: dict) -> dict[str, tuple[int, ...]]:
                 raise UsageError(
                     f"the mesh cannot hold the spec's tensor {printable(name)}: {exc}"
                 ) from None
+    # a buffer (the correction bias) is whole on every rank of its op's stage
+    ops = {name.rsplit(".", 1)[0] for name in out}
+    out |= {n: logical[n] for n in logical if _buffer(n) and n.rsplit(".", 1)[0] in ops}
     return out
 
 
@@ -105,6 +121,10 @@ def check_tensors(got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ..
         if tuple(shape) != tuple(want[name]):
             raise UsageError(f"{at}{name} is {list(shape)} here, {list(want[name])} in the spec")
     moments = any(n.startswith(MOMENTS) for n in got)
-    missing = sorted(n for n in want if n not in got and (moments or not n.startswith(MOMENTS)))
+    missing = sorted(
+        n
+        for n in want
+        if n not in got and (moments or not n.startswith(MOMENTS)) and not _buffer(n)
+    )
     if missing:
         raise UsageError(f"{at}the spec's {missing[0]} has no tensor ({len(missing)} missing)")

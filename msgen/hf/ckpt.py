@@ -15,6 +15,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,13 @@ import numpy as np
 from msgen.base.readers import BadInput, Dict, Obj, Str, load_json
 from msgen.base.status import EXIT_OK, UsageError
 from msgen.ckpt.command import whole_checkpoint
-from msgen.ckpt.expected import MOMENTS, check_tensors, spec_params, stage_layouts
+from msgen.ckpt.expected import (
+    MOMENTS,
+    check_tensors,
+    spec_buffers,
+    spec_params,
+    stage_layouts,
+)
 from msgen.ckpt.output import HF_FORMS, RUN_FORMS, Forms, claim
 from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE, what_it_is
 from msgen.ckpt.slices import slice_of
@@ -111,7 +118,9 @@ def from_hf(result, options: CkptOptions) -> int:
                 f"config.json makes it {list(shape)} (another model?)"
             )
 
-    check_tensors(msgen_shapes(model), spec_params(result))  # before any data is read
+    # before any data is read; the buffers the Hugging Face model has (DeepSeek-V3's
+    # correction bias) with them
+    check_tensors(msgen_shapes(model), spec_params(result) | spec_buffers(result))
 
     def load(name: str) -> np.ndarray:
         array, dtype = read_tensor(files[name], name, headers[files[name]])
@@ -124,7 +133,8 @@ def from_hf(result, options: CkptOptions) -> int:
     inputs = {"the Hugging Face folder": options.source}
     with claim(options.output, inputs, options.force, forms) as held:
         if stages:
-            count = _write_ranks(model, load, stages, param, held.staged, held.work)
+            buffers = spec_buffers(result)
+            count = _write_ranks(model, load, stages, param, held.staged, held.work, buffers)
             wrote = f"{options.output}/rank_*/{INIT_FILE}: {count} ranks' slices"
         else:
             tensors = (
@@ -164,7 +174,9 @@ def _append(data: bytes, paths: list[Path]) -> None:
             out.write(data)
 
 
-def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) -> int:
+def _write_ranks(
+    model: HfModel, load, stages, param, output: Path, work: Path, buffers: Collection[str]
+) -> int:
     """Each rank's slices into rank_<r>/model.ckpt, with its stage's strategy file
     beside them (so the folder merges as a run does). Stage by stage, each tensor the
     stage holds is read once and its slice for every rank of the stage appended to that
@@ -173,6 +185,10 @@ def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) 
     rank = 0
     for stage in stages:
         needed = {n for n in stage.layouts if not n.startswith(MOMENTS + ("accu_grads.",))}
+        # a buffer (the correction bias) is whole on every rank of its op's stage
+        needed |= {
+            b for b in buffers if any(n.startswith(b.rsplit(".", 1)[0] + ".") for n in needed)
+        }
         folders = [output / f"rank_{rank + local}" for local in range(stage.devices)]
         for folder in folders:
             folder.mkdir()
@@ -186,7 +202,8 @@ def _write_ranks(model: HfModel, load, stages, param, output: Path, work: Path) 
             # encoding of it in memory at a time
             holders: dict[tuple, tuple[np.ndarray, list[Path]]] = {}
             for local, path in enumerate(files):
-                cut = slice_of(array, stage.layouts[name], local)
+                layout = stage.layouts.get(name)
+                cut = array if layout is None else slice_of(array, layout, local)
                 key = (cut.__array_interface__["data"][0], cut.shape, cut.strides)
                 holders.setdefault(key, (cut, []))[1].append(path)
             for cut, paths in holders.values():
@@ -227,7 +244,7 @@ def _same_model(model: HfModel, result, where: str) -> None:
     read, so a config of another model is one line, not a failed conversion."""
     _same_layers(model, result, where)
     try:
-        check_tensors(msgen_shapes(model), spec_params(result))
+        check_tensors(msgen_shapes(model), spec_params(result) | spec_buffers(result))
     except UsageError as exc:
         raise UsageError(f"{where} is not the spec's model: {exc}") from None
 
@@ -246,10 +263,12 @@ def to_hf_command(result, options: CkptOptions) -> int:
         # a run's slices merged first
         step, checkpoint = whole_checkpoint(result, options.spec, options.source, held.work)
         saved = load(checkpoint)
-        expected = spec_params(result)
+        expected = spec_params(result) | spec_buffers(result)
         check_tensors({n: tuple(saved[n].shape) for n in expected if n in saved}, expected)
 
         def get(name: str) -> np.ndarray:
+            if name not in saved:  # a buffer the checkpoint left at its initial zeros
+                return np.zeros(expected[name], np.float32)
             return saved[name].float().asnumpy()
 
         tensors = {}

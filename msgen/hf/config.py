@@ -15,6 +15,8 @@ from pathlib import Path
 from msgen.base.readers import Bool, Int, List, Nullable, Num, Obj, Str, load_json
 from msgen.base.status import UsageError
 from msgen.diagnostics import printable
+from msgen.hf import deepseek
+from msgen.hf.deepseek import DeepseekError, HfMla
 from msgen.hf.experts import DEFAULTS, MOE_KEYS, ExpertsError, HfMoe, moe_of, moe_params
 from msgen.lowering.evaluate import DIM_LIMIT
 from msgen.ops.rope_scaling import REFUSED, SIGNATURES, ScalingError, resolved
@@ -43,6 +45,8 @@ FAMILIES = {
     "mixtral": "mixtral",
     "qwen3_moe": "qwen3_moe",
     "qwen2_moe": "qwen2_moe",
+    "deepseek_v2": "deepseek_v2",
+    "deepseek_v3": "deepseek_v3",
 }
 # head_dim when config.json has none: Qwen3Config's own default is 128
 # (configuration_qwen3.py); the others derive it, hidden / heads.
@@ -101,6 +105,7 @@ class HfModel:
     rope_scaling: tuple[str, tuple[tuple[str, float | bool], ...]] | None = None
     qk_norm: bool = False  # Qwen3's RMSNorm of each head of q and k
     moe: HfMoe | None = None  # the experts, and which layers have them
+    mla: HfMla | None = None  # DeepSeek's latent attention (msgen.hf.deepseek)
 
     @property
     def untied(self) -> bool:
@@ -119,6 +124,18 @@ class HfModel:
         return self.moe is not None and self.moe.sparse[layer]
 
     @property
+    def q_lora(self) -> bool:
+        return self.mla is not None and self.mla.q_lora_rank is not None
+
+    @property
+    def q_full(self) -> bool:
+        return self.mla is not None and self.mla.q_lora_rank is None
+
+    @property
+    def expert_bias(self) -> bool:
+        return self.moe is not None and getattr(self.moe.routing, "expert_bias", False)
+
+    @property
     def head_dim_is_derived(self) -> bool:
         return self.head_dim * self.heads == self.hidden
 
@@ -131,6 +148,8 @@ class HfModel:
         attention = self.hidden * (q + 2 * kv) + q * self.hidden
         attention += (q + 2 * kv) * self.qkv_bias + self.hidden * self.o_bias
         attention += 2 * self.head_dim * self.qk_norm
+        if self.mla is not None:
+            attention = self.mla.params(self.hidden, self.heads)
         mlp = 3 * self.hidden * self.ffn + (2 * self.ffn + self.hidden) * self.mlp_bias
         sparse = sum(self.sparse(i) for i in range(self.layers))
         layers = self.layers * (attention + 2 * self.hidden) + (self.layers - sparse) * mlp
@@ -198,6 +217,8 @@ SCHEMAS = {
     "qwen2_moe": Obj(
         _SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen2_moe"], "qkv_bias": Bool()}
     ),
+    "deepseek_v2": Obj(_SPARSE, {**_COMMON, **deepseek.KEYS}),
+    "deepseek_v3": Obj(_SPARSE, {**_COMMON, **deepseek.KEYS}),
 }
 
 
@@ -323,7 +344,7 @@ def model_of(config: dict, name: str = "config.json") -> HfModel:
         )
     family = FAMILIES[kind]
     experts = [key for key in ("num_local_experts", "num_experts") if key in config]
-    if family not in MOE_KEYS and experts:
+    if family not in MOE_KEYS and family not in deepseek.DEFAULTS and experts:
         raise HfConfigError(
             f"{name}: model_type {kind!r} with {experts[0]}: transformers builds a dense "
             f"{kind} model and never reads the experts' keys; a mixture of experts has "
@@ -331,7 +352,7 @@ def model_of(config: dict, name: str = "config.json") -> HfModel:
         )
     try:
         return _model(SCHEMAS[family].check(config, name), family)
-    except (HfConfigError, ExpertsError) as exc:
+    except (HfConfigError, ExpertsError, DeepseekError) as exc:
         raise HfConfigError(f"{name}: {exc}") from None
 
 
@@ -346,7 +367,8 @@ def _model(config: dict, family: str) -> HfModel:
     if heads % kv_heads:
         raise HfConfigError(f"num_key_value_heads = {kv_heads} does not divide heads = {heads}")
     head_dim = _given(config, "head_dim", HEAD_DIM_DEFAULT.get(family, hidden // heads))
-    if head_dim * heads != hidden and config.get("head_dim") is None:
+    mla = deepseek.mla_of(config, family) if family in deepseek.DEFAULTS else None
+    if head_dim * heads != hidden and config.get("head_dim") is None and mla is None:
         raise HfConfigError(f"hidden_size {hidden} is not a multiple of {heads} heads")
     if family == "qwen2_moe" and config.get("use_sliding_window", False):
         raise HfConfigError(
@@ -365,6 +387,8 @@ def _model(config: dict, family: str) -> HfModel:
             "qk_norm has eps 1e-6"
         )
     moe = moe_of(config, family, layers) if family in MOE_KEYS else None
+    if mla is not None:
+        moe = deepseek.moe_of(config, family, layers)
     if moe is not None and moe.aux_coef and not config.get("output_router_logits", False):
         notes += (
             "router_aux_loss_coef is trained with (transformers adds it to the loss only "
@@ -378,7 +402,8 @@ def _model(config: dict, family: str) -> HfModel:
         heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
-        ffn=config.get("intermediate_size") or DEFAULTS[family]["intermediate_size"],
+        ffn=config.get("intermediate_size")
+        or {**DEFAULTS, **deepseek.DEFAULTS}[family]["intermediate_size"],
         eps=eps,
         tied=config.get("tie_word_embeddings", False),
         # Qwen2-MoE's q/k/v biases: its own key, default true (configuration_qwen2_moe.py)
@@ -397,4 +422,5 @@ def _model(config: dict, family: str) -> HfModel:
         notes=notes,
         qk_norm=qk_norm,
         moe=moe,
+        mla=mla,
     )

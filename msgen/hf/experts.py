@@ -99,7 +99,9 @@ class HfMoe:
     norm_topk: bool
     aux_coef: float  # router_aux_loss_coef, as transformers reads it
     sparse: tuple[bool, ...]  # per layer: experts (True) or the dense MLP
-    shared_ffn: int = 0  # Qwen2-MoE's shared expert, its output gated by a sigmoid
+    shared_ffn: int = 0  # the shared experts' width
+    shared_sigmoid: bool = True  # Qwen2-MoE's sigmoid gate on them (DeepSeek has none)
+    routing: object = None  # DeepSeek's routing (msgen.hf.deepseek.Routing)
 
     @property
     def aux_loss(self) -> float:
@@ -110,9 +112,9 @@ class HfMoe:
 def moe_params(moe: HfMoe, hidden: int) -> int:
     """A sparse layer's feed-forward parameters: the router and the experts' three
     matrices each (modeling_mixtral.py MixtralSparseMoeBlock, modeling_qwen3_moe.py),
-    and Qwen2-MoE's shared expert's three and its gate [1, hidden]
+    and the shared experts' three, with Qwen2-MoE's gate [1, hidden]
     (modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock)."""
-    shared = (3 * moe.shared_ffn + 1) * hidden if moe.shared_ffn else 0
+    shared = (3 * moe.shared_ffn + moe.shared_sigmoid) * hidden if moe.shared_ffn else 0
     return hidden * moe.experts + moe.experts * 3 * hidden * moe.ffn + shared
 
 

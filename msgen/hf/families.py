@@ -3,7 +3,7 @@ msgen path and map (msgen.hf.mapping). A layer's rows are its attention's, then 
 dense MLP's or, in a sparse layer, its experts'. The names are those of transformers
 4.57's modelling files (`modeling_llama.py`, `modeling_qwen2.py`, `modeling_qwen3.py`,
 `modeling_mistral.py`, `modeling_mixtral.py`, `modeling_qwen2_moe.py`,
-`modeling_qwen3_moe.py`); the msgen
+`modeling_qwen3_moe.py`, `modeling_deepseek_v2.py`, `modeling_deepseek_v3.py`); the msgen
 paths are those of the ops msgen.hf.spec writes (n1, qkv, att, o, n2, gate, up,
 down; `moe` in a sparse layer). A tied model has no `lm_head.weight` and msgen's
 output layer uses `emb.table`.
@@ -95,6 +95,46 @@ QWEN2_EXPERTS = (
            (("one", "hidden"),)),  # fmt: skip
 )
 
+
+# DeepseekV2Attention / DeepseekV3Attention: q_proj, or q_a_proj, q_a_layernorm and
+# q_b_proj (q LoRA); kv_a_proj_with_mqa, [kv_lora_rank + qk_rope_head_dim, hidden], the
+# latent's rows then the rope key's, as msgen's kv_a holds its columns; kv_a_layernorm;
+# kv_b_proj, per head [k_nope | v]; o_proj. All plain nn.Linear, no biases.
+def _mla(name: str, path: str, shape: tuple[str, ...], when: str | None = None) -> Weight:
+    """One of the latent attention's weights: a norm copied, an nn.Linear transposed."""
+    kind = COPY if len(shape) == 1 else TRANSPOSE
+    return Weight((f"self_attn.{name}.weight",), f"att.{path}", kind, (shape,), when)
+
+
+MLA = (
+    Weight(("input_layernorm.weight",), "n1.gamma", COPY, (("hidden",),)),
+    Weight(("post_attention_layernorm.weight",), "n2.gamma", COPY, (("hidden",),)),
+    _mla("q_proj", "q", ("q_out", "hidden"), "q_full"),
+    _mla("q_a_proj", "q_a", ("q_lora_rank", "hidden"), "q_lora"),
+    _mla("q_a_layernorm", "q_norm", ("q_lora_rank",), "q_lora"),
+    _mla("q_b_proj", "q_b", ("q_out", "q_lora_rank"), "q_lora"),
+    _mla("kv_a_proj_with_mqa", "kv_a", ("kv_a_out", "hidden")),
+    _mla("kv_a_layernorm", "kv_norm", ("kv_lora_rank",)),
+    _mla("kv_b_proj", "kv_b", ("kv_b_out", "kv_lora_rank")),
+    *linear("self_attn.o_proj", "o", "hidden", "o_in"),
+)
+# DeepseekV2MoE / DeepseekV3MoE: gate (the router; V3's holds the correction bias, a
+# buffer, msgen's moe.expert_bias), experts[e].gate_proj, up_proj, down_proj, and the
+# shared experts as one MLP (shared_experts.gate_proj, up_proj, down_proj), ungated
+_BIAS = ("mlp.gate.e_score_correction_bias",)
+DEEPSEEK_EXPERTS = (
+    *QWEN_EXPERTS,
+    Weight(_BIAS, "moe.expert_bias", COPY, (("experts",),), "expert_bias"),
+    *(
+        Weight((f"mlp.shared_experts.{p}_proj.weight",), f"moe.shared_{p}", TRANSPOSE, (shape,))
+        for p, shape in (
+            ("gate", ("shared_ffn", "hidden")),
+            ("up", ("shared_ffn", "hidden")),
+            ("down", ("hidden", "shared_ffn")),
+        )
+    ),
+)
+
 TABLES = {
     "llama": Family(ATTENTION, MLP),
     "qwen2": Family(ATTENTION, MLP),
@@ -103,4 +143,6 @@ TABLES = {
     "mixtral": Family(ATTENTION, MLP, MIXTRAL_EXPERTS),
     "qwen3_moe": Family(ATTENTION + QK_NORMS, MLP, QWEN_EXPERTS),
     "qwen2_moe": Family(ATTENTION, MLP, QWEN2_EXPERTS),
+    "deepseek_v2": Family(MLA, MLP, DEEPSEEK_EXPERTS),
+    "deepseek_v3": Family(MLA, MLP, DEEPSEEK_EXPERTS),
 }

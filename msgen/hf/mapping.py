@@ -30,6 +30,13 @@ _DIMS = {
     "moe_ffn": lambda m: m.moe.ffn,
     "shared_ffn": lambda m: m.moe.shared_ffn,
     "one": lambda m: 1,
+    # DeepSeek's latent attention (msgen.hf.deepseek.HfMla)
+    "q_lora_rank": lambda m: m.mla.q_lora_rank,
+    "kv_lora_rank": lambda m: m.mla.kv_lora_rank,
+    "q_out": lambda m: m.heads * m.mla.qk,
+    "kv_a_out": lambda m: m.mla.kv_lora_rank + m.mla.rope,
+    "kv_b_out": lambda m: m.heads * (m.mla.nope + m.mla.v),
+    "o_in": lambda m: m.heads * m.mla.v,
 }
 
 

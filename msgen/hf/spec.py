@@ -62,10 +62,12 @@ def _feed_forward(m: HfModel, sparse: bool) -> str:
         e = m.moe
         norm = "" if e.norm_topk else ", norm_topk = false"
         aux = f", aux_loss = {e.aux_loss!r}" if e.aux_loss else ""
-        shared = ", shared_ffn = shared_ffn, shared_sigmoid = true" if e.shared_ffn else ""
+        shared = ", shared_ffn = shared_ffn" if e.shared_ffn else ""
+        shared += ", shared_sigmoid = true" if e.shared_ffn and e.shared_sigmoid else ""
+        routing = e.routing.arguments() if e.routing is not None else ""
         return (
             f"    moe  = moe(n2, experts = {e.experts}, top_k = {e.top_k}, ffn = moe_ffn"
-            f"{shared}{norm}{aux})\n    output h + moe\n"
+            f"{shared}{norm}{routing}{aux})\n    output h + moe\n"
         )
     mlp = _bias(m.mlp_bias)
     return f"""    gate = linear(n2, ffn{mlp}) weight @ [1, tp]
@@ -77,18 +79,37 @@ def _feed_forward(m: HfModel, sparse: bool) -> str:
 """
 
 
+def _mla(m: HfModel, rope: str) -> str:
+    """DeepSeek's latent attention (msgen.hf.deepseek), flash where the kernel takes
+    its head size (docs/language.md, `mla`)."""
+    a = m.mla
+    q = "" if a.q_lora_rank is None else f", q_lora_rank = {a.q_lora_rank}"
+    flash = a.qk % 16 == 0 and a.qk <= 512 and a.v <= a.qk
+    return (
+        f"    att  = mla(n1, heads = heads{q}, kv_lora_rank = {a.kv_lora_rank}, "
+        f"qk_nope_head_dim = {a.nope}, qk_rope_head_dim = {a.rope}, v_head_dim = {a.v}"
+        f"{rope}{'' if a.interleave else ', rope_interleave = false'}"
+        f"{'' if a.yarn_mscale else ', yarn_mscale = false'}, eps = {m.eps!r}"
+        f"{', flash = true' if flash else ''}) @ [dp, 1, tp]\n"
+    )
+
+
 def _layer(m: HfModel, run: Run) -> str:
     rope = "" if m.rope_theta == 10000.0 else f", rope_theta = {m.rope_theta!r}"
     rope += _rope_scaling(m)
     band = ", window = window" if run.window else ""
     norm = ", qk_norm = true" if m.qk_norm else ""
+    if m.mla is not None:
+        attention = _mla(m, rope)
+    else:
+        attention = f"""    qkv  = linear(n1, (heads + 2 * kv_heads) * head_dim{_bias(m.qkv_bias)}) weight @ [1, tp]
+    att  = attention(qkv, heads = heads, kv_heads = kv_heads, causal = true, rope = true{rope}{band}{norm}, flash = true) @ [dp, 1, tp]
+"""
     return f"""
 layer {run.kind} {{
     input x : [batch, seq, hidden] @ [dp, 1, 1]
     n1   = rmsnorm(x, eps = {m.eps!r})
-    qkv  = linear(n1, (heads + 2 * kv_heads) * head_dim{_bias(m.qkv_bias)}) weight @ [1, tp]
-    att  = attention(qkv, heads = heads, kv_heads = kv_heads, causal = true, rope = true{rope}{band}{norm}, flash = true) @ [dp, 1, tp]
-    o    = linear(att, hidden{_bias(m.o_bias)}) weight @ [tp, 1]
+{attention}    o    = linear(att, hidden{_bias(m.o_bias)}) weight @ [tp, 1]
     h    = x + o
     n2   = rmsnorm(h, eps = {m.eps!r})
 {_feed_forward(m, run.sparse)}}}
@@ -117,6 +138,9 @@ def _nodes(setup: Setup) -> str:
 def spec_text(m: HfModel, setup: Setup, source: str) -> str:
     """The spec for `m` run as `setup`, unformatted; `source` names the config."""
     head_dim = "hidden / heads" if m.head_dim_is_derived else str(m.head_dim)
+    heads = f"    heads    = {m.heads}\n"
+    if m.mla is None:  # mla's head sizes are its arguments
+        heads += f"    kv_heads = {m.kv_heads}\n    head_dim = {head_dim}\n"
     window = f"    window   = {m.window}\n" if m.window is not None else ""
     found = runs(m)
     kinds = [_layer(m, run) for run in found]
@@ -140,10 +164,7 @@ msl 0.1
 model {setup.name} {{
     vocab    = {m.vocab}
     hidden   = {m.hidden}
-    heads    = {m.heads}
-    kv_heads = {m.kv_heads}
-    head_dim = {head_dim}
-{ffn}    layers   = {m.layers}
+{heads}{ffn}    layers   = {m.layers}
     seq      = {setup.seq}
 {window}    dtype    = {m.dtype}
     param_dtype = {m.param_dtype}
