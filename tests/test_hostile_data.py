@@ -30,7 +30,7 @@ from tests.data_fixtures import (
     chinese,
     english,
     msgen,
-    read_windows,
+    read_set,
     write_jsonl,
     write_spec,
 )
@@ -170,7 +170,7 @@ def test_special_token_text_in_a_document_is_not_an_eos(spec, tmp_path, tokenize
     status, stdout, err = msgen("data", spec, corpus, *how, "-o", out)
     assert status == 0, err
     meta = json.loads((out / "dataset.json").read_text())
-    stream = read_windows(out / "train.mindrecord").reshape(-1)
+    stream = read_set(out, "train").reshape(-1)
     # EOS only between documents: at most one per document
     assert (stream == meta["eos_id"]).sum() <= len(docs)
     assert meta["counts"]["special_token_texts"] == 40

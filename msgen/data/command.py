@@ -168,9 +168,11 @@ def data_command(result, options: DataOptions) -> list[Diagnostic]:
         finally:
             progress.done()
         counts, sets, files, digests = done
+        short = too_little(result, sets.values(), spec.train.global_batch)
+        if short or not counts.documents:
+            stage.discard()
         if not counts.documents:
             raise nothing_read(counts, options.field)
-        short = too_little(result, sets.values(), spec.train.global_batch)
         if short:
             return short
         manifest = dataset_json(

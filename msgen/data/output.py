@@ -173,6 +173,13 @@ class Staging:
         """Units whose records the staging folder holds: what --resume would skip."""
         return len(list((self.path / "units").glob("*.json"))) if self.path else 0
 
+    def discard(self) -> None:
+        """A complete pass whose dataset is refused (MSL602, no document): nothing to
+        resume from."""
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
     def __exit__(self, *exc) -> None:
         if self.path is not None and self.path.exists() and not self.units_done():
             shutil.rmtree(self.path, ignore_errors=True)

@@ -47,7 +47,7 @@ class Progress:
         self.units += units
         self.documents += documents
         self.tokens += tokens
-        self.draw()
+        self.draw(force=units > 0)  # a unit done is news however recent the last draw
 
     def line(self, now: float) -> str:
         elapsed = max(now - self.start, 1e-9)
