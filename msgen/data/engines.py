@@ -24,6 +24,10 @@ from msgen.data.units import Unit
 from msgen.data.work import Job, failed, hash_unit, run_unit, sample_unit
 
 PARALLELISM = "TOKENIZERS_PARALLELISM"
+# docs/data.md's bound on a worker's peak resident memory above msgen's own, beside
+# the MindRecord index of its unit (INDEX_BYTES a window): what the tests hold.
+WORKER_BOUND = 256 << 20
+INDEX_BYTES = 1400
 PR_SET_PDEATHSIG = 1
 STATE: dict = {}  # the worker's job and tokenizer, set once per worker
 
