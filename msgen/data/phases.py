@@ -151,7 +151,7 @@ class Run:
         pool = self.pool
         where = "Ray" if pool.name == "ray" else "this machine"
         lines = [
-            f"{len(self.units):,} units on {self.workers} worker{'s' * (self.workers > 1)} ({where}), "
+            f"{len(self.units):,} unit{'s' * (len(self.units) > 1)} on {self.workers} worker{'s' * (self.workers > 1)} ({where}), "
             f"{self.seconds:,.1f} s, {self.tokens / max(self.seconds, 1e-9) / 1e6:,.2f} M "
             "tokens/s"
             + (f"; {self.resumed:,} units were done before (--resume)" if self.resumed else "")
