@@ -322,3 +322,25 @@ def test_worker_memory_is_bounded_whatever_the_corpus(tmp_path, tokenizer_file):
     own, second = peaks(tmp_path, spec, large, tokenizer_file, "b")
     assert second - own < bound
     assert second - first < 64 << 20, (first, second)
+
+
+def test_two_workers_write_what_one_writes_small(tmp_path, tokenizer_file):
+    """The quick form of the engines test: 8 files, one of them cut into 3 ranges."""
+    spec = spec_for(tmp_path)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    docs = english() + chinese()
+    for i in range(7):
+        write_jsonl(corpus / f"part-{i}.jsonl", docs[i * 5 : i * 5 + 5])
+    write_jsonl(corpus / "zlarge.jsonl", docs[:60])
+    size = (corpus / "zlarge.jsonl").stat().st_size
+    unit = str(size // 3 + 1)
+    outs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}"
+        status, _, err = msgen("data", spec, corpus, "--tokenizer", tokenizer_file, "-o", out,
+                               "--unit-size", unit, "--workers", workers, "--valid", "0.2")  # fmt: skip
+        assert status == 0, err
+        assert f"10 units on {workers} worker" in err
+        outs.append(files_of(out))
+    assert outs[0] == outs[1]
