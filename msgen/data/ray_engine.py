@@ -108,7 +108,6 @@ class RayEngine:
             raise DataError(f"unit {unit.index} ({unit}) failed on Ray: {first}") from None
 
     def close(self) -> None:
-        if self.started and self.ray.is_initialized():
+        """Stops the Ray msgen started; from a cluster it only disconnects."""
+        if self.ray.is_initialized():
             self.ray.shutdown()
-        elif self.ray.is_initialized():
-            self.ray.shutdown()  # disconnects from the cluster; its nodes go on
