@@ -15,6 +15,13 @@ processes with the runs of each kind interleaved (pipeline, tokenizer, pipeline,
   into the packed stream, writing MindRecord), batch by batch as the pipeline goes,
   holding nothing but the batch: where the time above the tokenizer's goes.
 
+`--engines SIZE` measures the workers instead: `msgen data` on a corpus of SIZE MB
+(at least 50) with --unit-size 4M, in fresh processes interleaved, with --workers 1,
+--workers N (the machine's cores) and --engine ray on N CPUs; it prints each one's
+tokens/s (the run's own summary: from the first unit to the last, Ray's start-up
+apart, printed too), the ratio N workers / 1 worker against its target (at least
+1.6 on 2 cores) and Ray's time / the workers' time against its target (at most 1.3).
+
 Prints the median and spread (min..max) of each, the ratio pipeline / tokenizer
 against its target (at most 1.3), and the pipeline's peak memory above the process's
 memory after its imports (target: flat in the corpus size). `--shapes` adds the
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,7 +52,7 @@ sys.path.insert(0, {repo!r})
 import mindspore.mindrecord  # noqa: F401  (the pipeline imports it; keep it out of the numbers)
 from tokenizers import Tokenizer
 from msgen.cli import main
-from msgen.data.command import BATCH_BYTES, pieces
+from msgen.data.work import BATCH_BYTES, pieces
 from msgen.data.normalize import FORMS, normalize
 
 def rss_kib():
@@ -200,6 +208,58 @@ def spec_seq(spec: Path) -> int:
     return analyze(spec, []).spec.model.dims["seq"]
 
 
+SPEEDUP_TARGET = 1.6  # N workers / 1 worker, on 2 cores
+RAY_TARGET = 1.3  # Ray's time / the workers' time, at equal cores
+
+
+def run_engine(flags: list[str], corpus: Path, tokenizer: Path, spec: Path, out: Path) -> dict:
+    """One `msgen data` in a fresh process: its tokens/s and Ray's start-up (s)."""
+    import re
+
+    args = ["data", str(spec), str(corpus), "--tokenizer", str(tokenizer), "-o", str(out),
+            "--force", "--unit-size", "4M", *flags]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "msgen.cli", *args], capture_output=True,
+                          text=True, cwd=REPO, env={**os.environ, "GLOG_v": "3",
+                                                    "PYTHONPATH": str(REPO)})  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"msgen data {' '.join(flags)} failed:\n{proc.stderr[-3000:]}")
+    rate = re.search(r"([\d.,]+) M tokens/s", proc.stderr)
+    startup = re.search(r"Ray's start-up: ([\d.,]+) s", proc.stderr)
+    return {"rate": float(rate[1].replace(",", "")),
+            "startup": float(startup[1].replace(",", "")) if startup else 0.0}  # fmt: skip
+
+
+def engines(size: int, n: int, tokenizer: Path, spec: Path, tmp: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    corpus = tmp / f"engines{size}.jsonl"
+    make_corpus(corpus, size)
+    kinds = {
+        "1 worker": ["--workers", "1"],
+        f"{cores} workers": ["--workers", str(cores)],
+        f"Ray, {cores} CPUs": ["--engine", "ray", "--workers", str(cores)],
+    }
+    runs = {kind: [] for kind in kinds}
+    for _ in range(n):  # interleaved: a slow spell of the machine hits every kind
+        for kind, flags in kinds.items():
+            runs[kind].append(run_engine(flags, corpus, tokenizer, spec, tmp / "out"))
+    print(
+        f"{size} MB of JSON Lines in units of 4 MiB, {n} runs each: M tokens/s, median (min..max)"
+    )
+    rates = {kind: [r["rate"] for r in values] for kind, values in runs.items()}
+    for kind, values in rates.items():
+        print(f"  {kind:<14} {spread(values)}")
+    one, many, ray = rates.values()
+    speedup = [m / o for m, o in zip(many, one)]
+    slower = [m / r for m, r in zip(many, ray)]  # Ray's time / the workers' time
+    verdict = "meets" if statistics.median(speedup) >= SPEEDUP_TARGET else "misses"
+    print(f"  {cores} workers / 1 worker: {spread(speedup)}; target >= {SPEEDUP_TARGET}: {verdict}")
+    verdict = "meets" if statistics.median(slower) <= RAY_TARGET else "misses"
+    print(f"  Ray / {cores} workers (time): {spread(slower)}; target <= {RAY_TARGET}: {verdict}")
+    startup = [r["startup"] for r in runs[f"Ray, {cores} CPUs"]]
+    print(f"  Ray's start-up, apart: {spread(startup)} s", flush=True)
+    corpus.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,200", help="corpus sizes in MB ('' for none)")
@@ -207,12 +267,16 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=REPO / "specs" / "gpt7b.msl")
     parser.add_argument("--vocab", type=int, default=50257, help="the BPE's vocab (<= spec)")
     parser.add_argument("--shapes", action="store_true", help="also the long-document corpora")
+    parser.add_argument("--engines", type=int, metavar="SIZE",
+                        help="1 worker, all workers and Ray on a corpus of SIZE MB")  # fmt: skip
     args = parser.parse_args()
     seq = spec_seq(args.spec)
     with tempfile.TemporaryDirectory(prefix="msgen-bench-data-") as tmp:
         tmp = Path(tmp)
         tokenizer = tmp / "tokenizer.json"
         train_tokenizer(tokenizer, args.vocab)
+        if args.engines:
+            engines(args.engines, args.n, tokenizer, args.spec, tmp)
         for size in (int(s) for s in args.sizes.split(",") if s):
             corpus = tmp / f"corpus{size}.jsonl"
             make_corpus(corpus, size)

@@ -133,6 +133,18 @@ def _data_command(sub) -> None:
     p.add_argument("--valid", type=float, metavar="FRACTION",
                    help="put this fraction of the documents in valid.mindrecord")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace a dataset already in DIR")
+    p.add_argument("--resume", action="store_true",
+                   help="go on from the units a killed or failed run into DIR finished")  # fmt: skip
+    p.add_argument("--workers", type=int, default=0, metavar="N",
+                   help="worker processes, a core each (default: the machine's cores)")  # fmt: skip
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local: worker processes on this machine; ray: Ray tasks "
+                   "(pip install 'msgen[ray]')")  # fmt: skip
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="the Ray cluster to join (default: start a Ray on this machine)")  # fmt: skip
+    p.add_argument("--unit-size", default="64M", metavar="SIZE",
+                   help="input per work unit: large files are split into units of this size "
+                   "(default: 64M)")  # fmt: skip
     p.add_argument("--for", dest="for_dir", metavar="DIR",
                    help="print the data line for a train.py that runs in DIR "
                    "(default: generated/<model>/)")  # fmt: skip

@@ -87,3 +87,10 @@ def read_windows(path: Path) -> np.ndarray:
     finally:
         reader.close()
     return np.stack(rows) if rows else np.empty((0, 0), np.int32)
+
+
+def read_set(folder: Path, name: str = "train") -> np.ndarray:
+    """The windows of a set of a dataset msgen data wrote: its files, in the order
+    dataset.json lists them."""
+    files = json.loads((folder / "dataset.json").read_text())["files"][name]
+    return np.concatenate([read_windows(folder / f) for f in files])

@@ -32,13 +32,13 @@ from tests.data_fixtures import (
     chinese,
     english,
     msgen,
-    read_windows,
+    read_set,
     write_jsonl,
     write_spec,
 )
 
 SEQ = 32  # specs/tiny.msl
-DATA_FILES = ["dataset.json", "train.mindrecord", "train.mindrecord.db"]
+DATA_FILES = ["dataset.json", "train-00000.mindrecord", "train-00000.mindrecord.db"]
 
 
 # normalisation ----------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_documents_are_joined_by_eos_into_exact_windows(spec, tmp_path, tokenize
     meta = json.loads((out / "dataset.json").read_text())
     eos = meta["eos_id"]
     assert meta["eos"] == "<|endoftext|>" and (meta["vocab"], meta["seq"]) == (VOCAB, SEQ)
-    windows = read_windows(out / "train.mindrecord")
+    windows = read_set(out, "train")
     assert windows.dtype == np.int32 and windows.shape[1] == SEQ + 1
     expected = [t for ids in encode(tokenizer_file, docs) for t in [*ids, eos]]
     n = meta["counts"]["train"]["windows"]
@@ -145,7 +145,7 @@ def test_documents_are_joined_by_eos_into_exact_windows(spec, tmp_path, tokenize
     assert meta["counts"]["train"]["dropped_tokens"] == len(expected) - n * (SEQ + 1)
     assert meta["counts"]["train"]["steps"] == n // 8
     assert meta["counts"]["normalized_characters"] > 100  # the tutor's full-width punctuation
-    assert f'data = mindrecord("{out.as_posix()}/train.mindrecord")' in stdout
+    assert f'data = mindrecord("{out.as_posix()}/dataset.json")' in stdout
 
 
 def test_overlap_repeats_n_tokens(spec, tmp_path, tokenizer_file):
@@ -154,7 +154,7 @@ def test_overlap_repeats_n_tokens(spec, tmp_path, tokenizer_file):
     args = ("data", spec, corpus, "--tokenizer", tokenizer_file, "-o", out, "--overlap", "5")
     status, _, err = msgen(*args)
     assert status == 0, err
-    windows = read_windows(out / "train.mindrecord")
+    windows = read_set(out, "train")
     assert windows.shape[1] == SEQ + 1
     assert (windows[1:, :5] == windows[:-1, -5:]).all()
     assert not (windows[1:, :6] == windows[:-1, -6:]).all(axis=1).all()
@@ -169,8 +169,8 @@ def test_no_document_is_in_both_train_and_valid(spec, tmp_path, tokenizer_file):
     assert status == 0, err
     meta = json.loads((out / "dataset.json").read_text())
     eos = meta["eos_id"]
-    train = split_at(read_windows(out / "train.mindrecord").reshape(-1).tolist(), eos)
-    valid = split_at(read_windows(out / "valid.mindrecord").reshape(-1).tolist(), eos)
+    train = split_at(read_set(out, "train").reshape(-1).tolist(), eos)
+    valid = split_at(read_set(out, "valid").reshape(-1).tolist(), eos)
     assert len(valid) > 10 and len(train) > 10 * len(valid) / 2
     # Distinct documents only (two topics may share a text): none is on both sides.
     assert not set(train) & set(valid)
@@ -179,7 +179,7 @@ def test_no_document_is_in_both_train_and_valid(spec, tmp_path, tokenizer_file):
     counts = meta["counts"]
     assert counts["train"]["documents"] + counts["valid"]["documents"] == len(docs)
     assert 0.05 < counts["valid"]["documents"] / len(docs) < 0.15
-    assert 'valid = "' in stdout and (out / "valid.mindrecord").is_file()
+    assert 'valid = "' in stdout and (out / "valid-00000.mindrecord").is_file()
 
 
 def test_dedup_drops_exact_duplicates(spec, tmp_path, tokenizer_file):
@@ -195,7 +195,7 @@ def test_dedup_drops_exact_duplicates(spec, tmp_path, tokenizer_file):
     assert meta["counts"]["duplicates"] == 8
     assert meta["counts"]["train"]["documents"] == len(docs) + 1
     eos = meta["eos_id"]
-    kept = split_at(read_windows(out / "train.mindrecord").reshape(-1).tolist(), eos)
+    kept = split_at(read_set(out, "train").reshape(-1).tolist(), eos)
     assert len(kept) == len(set(kept))
 
 
@@ -229,7 +229,7 @@ def test_same_input_same_bytes_whatever_the_hash_seed(spec, tmp_path):
     first, second = tmp_path / "out1", tmp_path / "out2"
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
-    assert "tokenizer.json" in names and "valid.mindrecord" in names
+    assert "tokenizer.json" in names and "valid-00000.mindrecord" in names
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
@@ -250,7 +250,7 @@ def test_gzip_and_parquet_read_like_jsonl(spec, tmp_path, tokenizer_file):
         out = tmp_path / name
         status, _, err = msgen("data", spec, *extra, "--tokenizer", tokenizer_file, "-o", out)
         assert status == 0, err
-        results[name] = (out / "train.mindrecord").read_bytes()
+        results[name] = (out / "train-00000.mindrecord").read_bytes()
     assert results["plain"] == results["zipped"] == results["parquet"]
 
 
@@ -305,7 +305,7 @@ def test_trained_tokenizer_keeps_eos_inside_vocab(spec, tmp_path):
     tok = json.loads((out / "tokenizer.json").read_text())
     ids = list(tok["model"]["vocab"].values()) + [t["id"] for t in tok["added_tokens"]]
     assert max(ids) < VOCAB and meta["eos_id"] < VOCAB
-    assert read_windows(out / "train.mindrecord").max() < VOCAB
+    assert read_set(out, "train").max() < VOCAB
     assert meta["tokenizer"]["path"] == "tokenizer.json" and meta["tokenizer"]["trained"]
 
 
@@ -411,7 +411,7 @@ def test_ctrl_c_leaves_no_partial_dataset(spec, tmp_path, tokenizer_file, previo
     args = ["data", spec, big, "--tokenizer", tokenizer_file, "-o", out, "--force"]
     proc = run_subprocess(args, tmp_path, "0")
     deadline = time.monotonic() + 120
-    while not any(out.glob(".msgen-data-*/train.mindrecord")):
+    while not any(out.glob(".msgen-data-*/train-*.mindrecord")):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -476,11 +476,13 @@ def test_progress_of_a_run_names_each_phase_and_the_input_size(spec, tmp_path):
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
         assert data_command(analyze(spec, []), options) == []
     err = stderr.getvalue()
-    # read twice, once to train the tokenizer, once to write: each phase reads it all
+    # read twice, once to sample for the tokenizer, once to write: each phase reads it
+    # all, unit by unit (here one)
     total = f"of {size / 1e6:,.1f} MB"
-    assert f"msgen data: training the tokenizer on 0.0 {total} (0%)" in err
-    assert f"msgen data: tokenizing 0.0 {total} (0%)" in err
-    assert "msgen data: writing the index" in err
+    assert f"msgen data: sampling for the tokenizer 0.0 {total} (0%), 0 of 1 units" in err
+    assert f"msgen data: sampling for the tokenizer {size / 1e6:,.1f} {total} (100%)" in err
+    assert f"msgen data: tokenizing 0.0 {total} (0%), 0 of 1 units" in err
+    assert f"msgen data: tokenizing {size / 1e6:,.1f} {total} (100%), 1 of 1 units" in err
 
 
 # bounded reading ----------------------------------------------------------------
@@ -523,11 +525,11 @@ def test_long_text_is_cut_into_documents_that_join_back(text, limit, chunk, para
 @settings(deadline=None)
 @given(text=st.text(st.sampled_from("ab \n\u00e9"), max_size=2000), piece=st.integers(4, 64))
 def test_a_document_goes_to_the_tokenizer_in_pieces_that_join_back(text, piece):
-    from msgen.data import command
+    from msgen.data import work
 
-    old, command.PIECE = command.PIECE, piece
+    old, work.PIECE = work.PIECE, piece
     try:
-        parts = list(command.pieces(text))
+        parts = list(work.pieces(text))
     finally:
-        command.PIECE = old
+        work.PIECE = old
     assert "".join(parts) == text and all(len(p) <= piece for p in parts)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tests.data_fixtures import ZH, english, msgen, write_spec
 from tests.emit_fixtures import compile_spec
@@ -60,3 +61,47 @@ def test_text_to_a_falling_loss(tmp_path, monkeypatch):
     assert abs(losses[0] - np.log(512)) < 0.3  # uniform over the vocabulary at init
     # Real text, 60 steps: from uniform (6.24) to below 5.6, about 10% down.
     assert np.mean(losses[-5:]) < 0.9 * losses[0], losses
+
+
+@pytest.mark.slow
+def test_a_sharded_dataset_trains_as_one_file_of_its_windows(tmp_path, monkeypatch):
+    """train.py reads a dataset.json's many files as one dataset: 4 steps from the
+    manifest of several unit files give the losses of 4 steps from one MindRecord file
+    holding the same windows in the same order (written here with FileWriter)."""
+    from mindspore.mindrecord import FileWriter
+
+    from tests.data_fixtures import read_set, write_jsonl
+
+    monkeypatch.chdir(tmp_path)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    docs = english()
+    for i in range(0, len(docs), 10):
+        write_jsonl(corpus / f"part-{i:03d}.jsonl", docs[i : i + 10])
+    spec = write_spec(tmp_path / "spec", pipeline=False)
+    status, _, err = msgen("data", spec, corpus, "--train-tokenizer", "-o", "data",
+                           "--workers", "2")  # fmt: skip
+    assert status == 0, err
+    meta = json.loads((tmp_path / "data" / "dataset.json").read_text())
+    assert len(meta["files"]["train"]) > 5
+    windows = read_set(tmp_path / "data", "train")
+    one = tmp_path / "one" / "train.mindrecord"
+    one.parent.mkdir()
+    writer = FileWriter(str(one), shard_num=1)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "the same windows")
+    writer.write_raw_data([{"input_ids": w} for w in windows])
+    writer.commit()
+    losses = {}
+    for name, path in (("sharded", tmp_path / "data" / "dataset.json"), ("one", one)):
+        line = f'    data = mindrecord("{path}")\n'
+        folder = compile_spec(write_spec(tmp_path / name, line, pipeline=False),
+                              tmp_path / f"gen-{name}")  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "train.py", "--standalone", "--steps", "4"],
+            cwd=folder, env={**os.environ, "GLOG_v": "3"}, capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        with (folder / "output" / "rank_0" / "log.csv").open() as f:
+            losses[name] = [row["loss"] for row in csv.DictReader(f)]
+    assert len(losses["one"]) == 4 and losses["sharded"] == losses["one"]

@@ -231,6 +231,29 @@ def test_data_is_read_as_train_py_reads_it(host, tmp_path):
     ]
 
 
+def test_a_dataset_json_names_its_files(host, tmp_path):
+    """A spec's path to a dataset.json: the set's listed files are checked (the first
+    read, all there); a listed file that is missing is the error, named."""
+    spec = spec_variant(
+        tmp_path, "data",
+        ("seed         = 1234", 'data = mindrecord("d/dataset.json")'),
+    )  # fmt: skip
+    run = tmp_path / "run"
+    files = ["train-00000.mindrecord", "train-00001.mindrecord"]
+    for name in files:
+        write_mindrecord(run / "d" / name, 33)
+    meta = {"vocab": 256, "seq": 32, "files": {"train": files}}
+    (run / "d" / "dataset.json").write_text(json.dumps(meta))
+    status, doc = host.doctor(spec, run_from=run)
+    data = [(c["status"], c["message"]) for c in doc["checks"] if c["topic"] == "data"]
+    assert data == [("ok", f"train data {run / 'd' / files[0]}: MindRecord, 33 ids a sample")]
+    (run / "d" / files[1]).unlink()
+    _, doc = host.doctor(spec, run_from=run)
+    assert [c["message"] for c in by_status(doc, "error")] == [
+        f"{run / 'd' / files[1]}: listed in {run / 'd' / 'dataset.json'} and missing (1 of 2)"
+    ]
+
+
 def test_not_a_mindrecord(host, tmp_path):
     spec = spec_variant(
         tmp_path, "data", ("seed         = 1234", 'data = mindrecord("t.mindrecord")')

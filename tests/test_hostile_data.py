@@ -30,7 +30,7 @@ from tests.data_fixtures import (
     chinese,
     english,
     msgen,
-    read_windows,
+    read_set,
     write_jsonl,
     write_spec,
 )
@@ -88,8 +88,8 @@ def test_files_no_dataset_recorded_are_never_removed(spec, tmp_path, corpus, tok
     out.mkdir()
     mine = {
         "tokenizer.json": b"my tokenizer",
-        "valid.mindrecord": b"mine",
-        "valid.mindrecord.db": b"x",
+        "valid-00000.mindrecord": b"mine",
+        "valid-00000.mindrecord.db": b"x",
     }
     for name, data in mine.items():
         (out / name).write_bytes(data)
@@ -102,12 +102,12 @@ def test_files_no_dataset_recorded_are_never_removed(spec, tmp_path, corpus, tok
 def test_a_file_in_the_way_is_refused_even_with_force(spec, tmp_path, corpus, tokenizer_file):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "train.mindrecord").write_bytes(b"hand-written")
+    (out / "train-00000.mindrecord").write_bytes(b"hand-written")
     args = ("data", spec, corpus, "--tokenizer", tokenizer_file, "-o", out, "--force")
     status, _, err = msgen(*args)
-    one_line_error(status, err, f"{out}/train.mindrecord is in the way")
-    assert (out / "train.mindrecord").read_bytes() == b"hand-written"
-    assert sorted(p.name for p in out.iterdir()) == ["train.mindrecord"]
+    one_line_error(status, err, f"{out}/train-00000.mindrecord is in the way")
+    assert (out / "train-00000.mindrecord").read_bytes() == b"hand-written"
+    assert sorted(p.name for p in out.iterdir()) == ["train-00000.mindrecord"]
 
 
 def test_force_replaces_what_the_previous_dataset_recorded(spec, tmp_path, corpus, tokenizer_file):
@@ -118,7 +118,8 @@ def test_force_replaces_what_the_previous_dataset_recorded(spec, tmp_path, corpu
     status, _, err = msgen(*base, "--force")
     assert status == 0, err
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["dataset.json", "notes.md", "train.mindrecord", "train.mindrecord.db"]
+    assert names == ["dataset.json", "notes.md", "train-00000.mindrecord",
+                     "train-00000.mindrecord.db"]  # fmt: skip
 
 
 # H7: one run at a time ---------------------------------------------------------
@@ -170,7 +171,7 @@ def test_special_token_text_in_a_document_is_not_an_eos(spec, tmp_path, tokenize
     status, stdout, err = msgen("data", spec, corpus, *how, "-o", out)
     assert status == 0, err
     meta = json.loads((out / "dataset.json").read_text())
-    stream = read_windows(out / "train.mindrecord").reshape(-1)
+    stream = read_set(out, "train").reshape(-1)
     # EOS only between documents: at most one per document
     assert (stream == meta["eos_id"]).sum() <= len(docs)
     assert meta["counts"]["special_token_texts"] == 40
@@ -262,7 +263,7 @@ def test_a_full_disk_is_one_line(spec, tmp_path, tokenizer_file):
         status, _, err = msgen(
             "data", spec, corpus, "--tokenizer", tokenizer_file, "-o", small / "out"
         )
-        one_line_error(status, err, f"disk full writing {small}/out/train.mindrecord")
+        one_line_error(status, err, f"disk full writing {small}/out/")
         assert list(small.iterdir()) == []
     finally:
         subprocess.run(["umount", str(small)], check=True)
@@ -374,7 +375,7 @@ def test_a_signal_leaves_no_staging_folder(spec, tmp_path, tokenizer_file, signu
     proc = subprocess.Popen([sys.executable, "-m", "msgen.cli", *map(str, args)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 120
-    while not any(out.glob(".msgen-data-*/train.mindrecord")):
+    while not any(out.glob(".msgen-data-*/train-*.mindrecord")):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -395,7 +396,7 @@ def test_staging_folders_of_dead_runs_are_removed(spec, tmp_path, corpus, tokeni
     assert status == 0, err
     assert not stale.exists()
     assert sorted(p.name for p in out.iterdir()) == [
-        "dataset.json", "train.mindrecord", "train.mindrecord.db"
+        "dataset.json", "train-00000.mindrecord", "train-00000.mindrecord.db"
     ]  # fmt: skip
 
 
@@ -515,11 +516,11 @@ def test_the_data_line_is_relative_to_where_train_py_runs(spec, tmp_path, corpus
     assert status == 0, err
     paths = json.loads("[" + stdout.split("mindrecord(")[1].replace("valid = ", "")[:-2] + "]")
     train_py = tmp_path / "generated" / "tiny"  # where `msgen compile SPEC -o generated/` puts it
-    assert (train_py / paths[0]).resolve() == (tmp_path / "data/tiny/train.mindrecord").resolve()
-    assert (train_py / paths[1]).resolve() == (tmp_path / "data/tiny/valid.mindrecord").resolve()
+    assert (train_py / paths[0]).resolve() == (tmp_path / "data/tiny/dataset.json").resolve()
+    assert (train_py / paths[1]).resolve() == (tmp_path / "data/tiny/dataset.json").resolve()
     assert "paths relative to generated/tiny/" in err
     status, stdout, err = msgen(
         "data", spec, corpus, "--tokenizer", tokenizer_file, "-o", "d2", "--for", "runs/x"
     )
     assert status == 0, err
-    assert 'data = mindrecord("../../d2/train.mindrecord")' in stdout
+    assert 'data = mindrecord("../../d2/dataset.json")' in stdout

@@ -30,6 +30,7 @@ left to the cluster (docs/language.md, "What a rehearsal runs").
 
 import argparse
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -457,21 +458,67 @@ def synthetic_batches(shards, shard, start_step):
 CHECK_IDS = 1 << 22
 
 
-def check_data(path):
-    """Before anything is built: `path` must be a MindRecord of 1-D int32 `input_ids`,
-    SEQ + 1 ids per sample in 0 .. VOCAB - 1, at least one step's worth; and when
-    `msgen data` left a dataset.json beside it, made for this model's vocab and seq."""
+def no_such_file(path):
+    here = Path.cwd()
+    fail(
+        f"{path}: no such data file (resolved from {here}, where train.py was "
+        f"started, as {os.path.normpath(here / path)}; the spec's data paths are "
+        "relative to that folder; make the file with msgen data)"
+    )
+
+
+@functools.cache
+def data_files(path, role="train"):
+    """The MindRecord files of the spec's data `path` for the `role` set ("train" or
+    "valid"): the path itself, or, when it names a dataset.json of msgen data, the
+    files that lists for the set, in dataset order, relative to it (each a standalone
+    file; MindDataset reads a list of files in its order: mindspore/dataset/engine/
+    datasets_standard_format.py)."""
+    if not path.endswith(".json"):
+        return [path]
     if not Path(path).is_file():
-        here = Path.cwd()
-        fail(
-            f"{path}: no such data file (resolved from {here}, where train.py was "
-            f"started, as {os.path.normpath(here / path)}; the spec's data paths are "
-            "relative to that folder; make the file with msgen data)"
+        no_such_file(path)
+    listed = (read_manifest(path).get("files") or {}).get(role)
+    listed = [listed] if isinstance(listed, str) else listed
+    if (
+        not listed
+        or not isinstance(listed, list)
+        or not all(
+            isinstance(name, str) and name and "/" not in name for name in listed
         )
+    ):
+        fail(
+            f"{path} lists no {role} files (its files.{role}); "
+            + (
+                "make one with msgen data --valid"
+                if role == "valid"
+                else "rerun msgen data"
+            )
+        )
+    files = [str(Path(path).parent / name) for name in listed]
+    for file in files:
+        if not Path(file).is_file():
+            fail(f"{file}: listed in {path} and missing (rerun msgen data --force)")
+    return files
+
+
+def data_name(path, role="train"):
+    """The set as messages name it: the spec's path, and the set of a dataset.json."""
+    return f"{path} ({role})" if path.endswith(".json") else path
+
+
+def check_data(path, role="train"):
+    """Before anything is built: the set's files must be MindRecord of 1-D int32
+    `input_ids`, SEQ + 1 ids per sample in 0 .. VOCAB - 1, at least one step's worth;
+    and when `msgen data` left a dataset.json, made for this model's vocab and seq."""
+    if not path.endswith(".json") and not Path(path).is_file():
+        no_such_file(path)
+    files = data_files(path, role)
+    spec_path, path = path, data_name(path, role)
     try:
-        reader = FileReader(path, num_consumer=1)
+        reader = FileReader(files[0], num_consumer=1)
     except Exception:  # MindSpore raises several kinds for a file it cannot read
-        fail(f"{path} is not a MindRecord file")
+        fail(f"{files[0]} is not a MindRecord file")
     try:
         schema = reader.schema()
     finally:
@@ -484,14 +531,14 @@ def check_data(path):
             f"{path}: input_ids is {len(column['shape'])}-D (shape {column['shape']}); "
             "each sample must be SEQ + 1 ids in a row"
         )
-    samples = dataset_size(path)
+    samples = dataset_size(spec_path, role)
     if samples == 0:
         fail(f"{path} holds no samples")
     if samples < STEP_ROWS:
         fail(f"{path} holds {samples} samples, fewer than the {STEP_ROWS} of one step")
-    described = check_dataset_json(path)
+    described = check_dataset_json(spec_path)
     first = ds.MindDataset(
-        path,
+        files,
         columns_list=["input_ids"],
         shuffle=False,
         num_samples=min(samples, max(STEP_ROWS, CHECK_IDS // (SEQ + 1))),
@@ -527,20 +574,28 @@ def check_ids(path, indices, ids):
         )
 
 
-def check_dataset_json(path):
-    """The dataset.json `msgen data` leaves beside its files, if there is one, must be
-    made for the spec's vocab and seq; whether there is one."""
-    made = Path(path).parent / "dataset.json"
-    if not made.is_file():
-        return False
+@functools.cache
+def read_manifest(made):
+    """A dataset.json of msgen data, as an object."""
     try:
-        meta = json.loads(made.read_text(encoding="utf-8"))
+        meta = json.loads(Path(made).read_text(encoding="utf-8"))
     except RecursionError:
         fail(f"{made} is nested too deeply (not a dataset.json msgen data wrote)")
     except (OSError, ValueError) as exc:
         fail(f"{made} is not JSON ({exc}); not a dataset.json msgen data wrote")
     if not isinstance(meta, dict):
         fail(f"{made} is not an object (not a dataset.json msgen data wrote)")
+    return meta
+
+
+def check_dataset_json(path):
+    """The dataset.json the spec names, or the one `msgen data` leaves beside the
+    file it names, if there is one, must be made for the spec's vocab and seq;
+    whether there is one."""
+    made = path if path.endswith(".json") else str(Path(path).parent / "dataset.json")
+    if not Path(made).is_file():
+        return False
+    meta = read_manifest(made)
     for key in ("vocab", "seq"):
         value = meta.get(key)
         if type(value) is not int:
@@ -556,9 +611,9 @@ def check_dataset_json(path):
     return True
 
 
-def dataset_size(path):
+def dataset_size(path, role="train"):
     return ds.MindDataset(
-        path, columns_list=["input_ids"], shuffle=False
+        data_files(path, role), columns_list=["input_ids"], shuffle=False
     ).get_dataset_size()
 
 
@@ -568,11 +623,14 @@ def replica_rows(order, shards, shard):
     return order[: steps * STEP_ROWS].reshape(steps, shards, -1)[:, shard].reshape(-1)
 
 
-def read_rows(path, indices, rows):
-    """(tokens, labels) of the samples of `path` at `indices`, in order, `rows` at a
-    time; each batch checked (check_ids) before it goes on."""
+def read_rows(path, indices, rows, role="train"):
+    """(tokens, labels) of the samples of `path`'s `role` set at `indices` (numbered
+    over its files in order), `rows` at a time; each batch checked (check_ids) first."""
+    files, path = data_files(path, role), data_name(path, role)
     dataset = ds.MindDataset(
-        path, columns_list=["input_ids"], sampler=ds.SubsetSampler(indices.tolist())
+        files,
+        columns_list=["input_ids"],
+        sampler=ds.SubsetSampler(indices.tolist()),
     )
     first = 0
     try:
@@ -1063,8 +1121,10 @@ def main():
     )
     batches = synthetic_batches if args.synthetic else mindrecord_batches
     if not args.synthetic:
-        for path in (DATA, VALID) if VALID else (DATA,):
-            check_data(path)
+        for path, role in (
+            ((DATA, "train"), (VALID, "valid")) if VALID else ((DATA, "train"),)
+        ):
+            check_data(path, role)
     ms.set_context(mode=ms.GRAPH_MODE)
     performance_switches()
     if args.rehearse:

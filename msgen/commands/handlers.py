@@ -136,6 +136,12 @@ def cmd_data(args) -> int:
     result = _analyze(args.file, args.error_format)
     if not result.ok:
         return EXIT_ERRORS
+    from msgen.data.units import parse_size
+
+    try:
+        unit_size = parse_size(args.unit_size)
+    except DataError as exc:
+        raise UsageError(str(exc)) from exc
     options = DataOptions(
         inputs=tuple(Path(p) for p in args.inputs),
         output=Path(args.output) if args.output else None,
@@ -151,6 +157,11 @@ def cmd_data(args) -> int:
         force=args.force,
         for_dir=Path(args.for_dir) if args.for_dir else None,
         error_format=args.error_format,
+        workers=args.workers,
+        engine=args.engine,
+        ray_address=args.ray_address,
+        resume=args.resume,
+        unit_size=unit_size,
     )
     try:
         diags = data_command(result, options)

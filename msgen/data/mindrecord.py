@@ -12,6 +12,11 @@ from msgen.data.output import disk_full
 from msgen.data.sources import shown
 
 COLUMN = "input_ids"
+# FileWriter's defaults (a 16 MiB header, 32 MiB pages) make every file at least 48 MiB
+# long (sparse, but read whole by a digest); a unit's file holds a few pages, whose
+# list fits a header of 1 MiB, and its writer buffers one page of 8 MiB.
+HEADER_SIZE = 1 << 20
+PAGE_SIZE = 8 << 20
 SCHEMA = {COLUMN: {"type": "int32", "shape": [-1]}}
 MINDRECORD_EXTRA = "pip install 'msgen[mindrecord]'"
 # What MindSpore's writer says when statvfs finds no room (shard_writer.cc).
@@ -56,6 +61,8 @@ class WindowWriter:
         self.path = final  # what messages name: where the file goes, not where it is staged
         with writing(final):
             self.writer = import_file_writer()(str(path), shard_num=1)
+            self.writer.set_header_size(HEADER_SIZE)
+            self.writer.set_page_size(PAGE_SIZE)
             self.writer.add_schema(SCHEMA, "msgen data: seq + 1 token ids per sample")
 
     def write(self, windows) -> None:

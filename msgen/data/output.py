@@ -1,12 +1,14 @@
 """All or nothing into the output folder: a dataset is built in a hidden staging
-folder inside it and moved into place only when complete, dataset.json last.
+folder inside it and moved into place (renamed, never copied) only when complete,
+dataset.json last.
 
 A file is msgen's only if a previous dataset.json in the folder records it: only
 those are ever replaced (with `force`) or removed; any other file in the way is
 refused. One run at a time writes a folder (a lock on the folder, which the kernel
 drops when the process dies); under the lock, staging folders that runs killed on
-the way left behind are removed. An error, Ctrl-C, SIGTERM or SIGHUP removes the
-staging folder, and the folders this run created if they are empty.
+the way left behind are removed, unless --resume continues the one they left. An
+error, Ctrl-C, SIGTERM or SIGHUP leaves the staging folder for --resume when units
+are done in it, and removes it (and the folders this run created, if empty) otherwise.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,7 +30,8 @@ MANIFEST = "dataset.json"
 FORMAT = "msgen-data 1"
 SETS = ("train", "valid")
 STAGING_PREFIX = ".msgen-data-"
-MANIFEST_LIMIT = 1 << 20
+PARTIAL = f"{STAGING_PREFIX}partial"  # the staging folder, which --resume continues
+MANIFEST_LIMIT = 1 << 28  # a manifest names every unit's files
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what ends a run, cleanly
 
 
@@ -44,14 +46,28 @@ def recorded(folder: Path) -> set[str]:
         return set()
     files = manifest.get("files")
     names = {MANIFEST}
-    for name in files.values() if isinstance(files, dict) else ():
-        if name in (f"{s}.mindrecord" for s in SETS):
-            names |= {name, f"{name}.db"}
+    for listed in files.values() if isinstance(files, dict) else ():
+        # a list of unit files; a single name in datasets of msgen before units
+        for name in listed if isinstance(listed, list) else [listed]:
+            if isinstance(name, str) and is_data_file(name):
+                names |= {name, f"{name}.db"}
     tokenizer = manifest.get("tokenizer")
     if isinstance(tokenizer, dict) and tokenizer.get("trained") is True:
         if tokenizer.get("path") == "tokenizer.json":
             names.add("tokenizer.json")
     return names
+
+
+def is_data_file(name: str) -> bool:
+    """A name msgen data gives a MindRecord file: `train.mindrecord`,
+    `valid-00012.mindrecord` (never a path)."""
+    stem, _, number = name.removesuffix(".mindrecord").partition("-")
+    return (
+        name.endswith(".mindrecord")
+        and stem in SETS
+        and (number == "" or number.isdigit())
+        and "/" not in name
+    )
 
 
 def disk_full(path) -> DataError:
@@ -71,8 +87,16 @@ class Staging:
     then `stage.commit()`. `keep` is a file the run reads (its --tokenizer), never
     removed even where a previous dataset recorded it."""
 
-    def __init__(self, folder: Path, names: list[str], force: bool, keep: Path | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        names: list[str],
+        force: bool,
+        keep: Path | None = None,
+        resume: bool = False,
+    ):
         self.folder, self.names, self.force, self.keep = folder, names, force, keep
+        self.resume = resume
         self.path: Path | None = None
         self.lock: int | None = None
         self.created: list[Path] = []
@@ -82,8 +106,12 @@ class Staging:
         folder = self.folder
         if os.path.lexists(folder) and not folder.is_dir():
             raise DataError(f"{shown(folder)} is not a folder", "-o names a folder")
+        from msgen.data.resume import recorded_names
+
         self.owned = recorded(folder) if folder.is_dir() else set()
-        in_way = [n for n in self.names if os.path.lexists(folder / n)]
+        # a commit cut short moved some of the partial run's files already
+        moved = recorded_names(folder / PARTIAL) if self.resume else set()
+        in_way = [n for n in self.names if os.path.lexists(folder / n) and n not in moved]
         foreign = [n for n in in_way if n not in self.owned]
         if foreign:
             raise DataError(
@@ -126,11 +154,13 @@ class Staging:
             ) from None
         try:
             self.check()  # again, under the lock: a run that just ended may have written
+            partial = self.folder / PARTIAL
             for stale in self.folder.glob(f"{STAGING_PREFIX}*"):
                 if stale.is_dir() and not stale.is_symlink():
-                    shutil.rmtree(stale, ignore_errors=True)
-            prefix = f"{STAGING_PREFIX}{os.getpid()}-"
-            self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.folder))
+                    if not (self.resume and stale == partial):
+                        shutil.rmtree(stale, ignore_errors=True)
+            (partial / "units").mkdir(parents=True, exist_ok=True)
+            self.path = partial
         except OSError as exc:
             self.__exit__()
             raise os_error(exc, "write in") from None
@@ -139,8 +169,19 @@ class Staging:
             raise
         return self
 
+    def units_done(self) -> int:
+        """Units whose records the staging folder holds: what --resume would skip."""
+        return len(list((self.path / "units").glob("*.json"))) if self.path else 0
+
+    def discard(self) -> None:
+        """A complete pass whose dataset is refused (MSL602, no document): nothing to
+        resume from."""
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = None
+
     def __exit__(self, *exc) -> None:
-        if self.path is not None and self.path.exists():
+        if self.path is not None and self.path.exists() and not self.units_done():
             shutil.rmtree(self.path, ignore_errors=True)
         if self.lock is not None:
             os.close(self.lock)  # and with it the lock
@@ -151,21 +192,25 @@ class Staging:
             except OSError:  # not empty: a dataset was committed, or another file came
                 break
 
-    def commit(self) -> None:
-        """Move the staged files into the folder, dataset.json last, with Ctrl-C,
-        SIGTERM and SIGHUP held back until done; remove the files of the dataset
-        replaced that this one does not write (and this run does not read)."""
+    def commit(self, names: list[str]) -> None:
+        """Move the dataset's files `names` (dataset.json among them) into the
+        folder, dataset.json last, with Ctrl-C, SIGTERM and SIGHUP held back until
+        done; remove the files of the dataset replaced that this one does not write
+        (and this run does not read). A name not in the staging folder is already in
+        place: a commit cut short moved it."""
         keep = self.keep.resolve() if self.keep else None
         with interrupts_deferred(STOPS):
             # The folder stops being a dataset first, and becomes one again last.
             (self.folder / MANIFEST).unlink(missing_ok=True)
-            for name in sorted(self.owned - set(self.names)):
+            for name in sorted(self.owned - set(names)):
                 old = self.folder / name
                 if os.path.lexists(old) and not old.is_dir() and old.resolve() != keep:
                     old.unlink()
-            for name in sorted(self.names, key=lambda n: n == MANIFEST):
-                os.replace(self.path / name, self.folder / name)
-            self.path.rmdir()
+            for name in sorted(names, key=lambda n: n == MANIFEST):
+                if os.path.lexists(self.path / name) or name == MANIFEST:
+                    os.replace(self.path / name, self.folder / name)
+            shutil.rmtree(self.path)
+            self.path = None
             self.created = []  # they hold the dataset now
 
 

@@ -1,11 +1,11 @@
 """A one-line progress report on a terminal; silent otherwise.
 
-    msgen data: tokenizing 41.9 of 120.0 MB (35%), 12,345 documents, 9.8 M tokens,
-    3.1 MB/s, 25 s left
+    msgen data: tokenizing 41.9 of 120.0 MB (35%), 5 of 14 units, 12,345 documents,
+    9.8 M tokens, 3.1 MB/s, 25 s left
 
 Bytes are bytes of the input files as stored (compressed, for a `.gz`), so the
 total is known before the first is read; the time left is the phase's bytes to go
-at the phase's rate so far.
+at the phase's rate so far. Workers report a unit when it is done.
 """
 
 from __future__ import annotations
@@ -27,26 +27,27 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, label: str, total: int, enabled: bool | None = None):
+    def __init__(self, label: str, total: int, enabled: bool | None = None, units: int = 0):
         if enabled is None:
             enabled = sys.stderr.isatty() and not os.environ.get("CI")
-        self.label, self.total, self.enabled = label, total, enabled
+        self.label, self.total, self.enabled, self.units_total = label, total, enabled, units
         self.last = time.monotonic()
         self.phase(None)
 
     def phase(self, name: str | None) -> None:
         """Start a phase: `training the tokenizer`, `tokenizing`, `writing the index`."""
         self.name, self.start = name, time.monotonic()
-        self.bytes = self.documents = self.tokens = 0
+        self.bytes = self.documents = self.tokens = self.units = 0
         if name is not None:
             self.draw(force=True)
 
-    def update(self, position: int, documents: int = 0, tokens: int = 0) -> None:
+    def update(self, position: int, documents: int = 0, tokens: int = 0, units: int = 0) -> None:
         """`position`: bytes of the input read so far in this phase."""
         self.bytes = position
+        self.units += units
         self.documents += documents
         self.tokens += tokens
-        self.draw()
+        self.draw(force=units > 0)  # a unit done is news however recent the last draw
 
     def line(self, now: float) -> str:
         elapsed = max(now - self.start, 1e-9)
@@ -54,6 +55,8 @@ class Progress:
         if self.total:
             share = min(self.bytes / self.total, 1.0)
             parts[0] += f" {self.bytes / 1e6:,.1f} of {self.total / 1e6:,.1f} MB ({share:.0%})"
+        if self.units_total:
+            parts.append(f"{self.units:,} of {self.units_total:,} units")
         if self.documents:
             parts.append(f"{self.documents:,} documents")
         if self.tokens:

@@ -199,17 +199,21 @@ def skip_line(f) -> None:
         pass
 
 
-def read_jsonl(source: Source, f) -> Iterator[Document | Skipped]:
-    offset, number = 0, 0
+def read_jsonl(source: Source, f, first_line: int | None = 1) -> Iterator[Document | Skipped]:
+    """The records of `f` from where it stands; lines are numbered from `first_line`,
+    or, where the count is not known (a range that starts inside the file), a record
+    is placed by its byte offset."""
+    offset = f.tell() if first_line is None else 0
+    number = (first_line or 1) - 1
     while line := f.readline(MAX_DOCUMENT + 1):
         number += 1
-        where = Where(source.path, number)
+        where = Where(source.path, number) if first_line else Where(source.path, byte=offset)
         start, offset = offset, offset + len(line)
         if len(line) > MAX_DOCUMENT and not line.endswith(b"\n"):
             skip_line(f)
             yield Skipped(where, TOO_LONG)
             continue
-        if number == 1 and line.startswith(BOM):
+        if first_line and number == 1 and line.startswith(BOM):
             line, start = line[len(BOM) :], start + len(BOM)
         if not line.strip():
             continue
@@ -230,12 +234,17 @@ def read_jsonl(source: Source, f) -> Iterator[Document | Skipped]:
             yield Skipped(where, f"no string field `{source.field}`", keys)
 
 
-def read_parquet(source: Source, cursor: Cursor) -> Iterator[Document | Skipped]:
+def read_parquet(
+    source: Source, cursor: Cursor, groups: tuple[int, ...] = (), first_row: int = 0
+) -> Iterator[Document | Skipped]:
+    """The rows of `source`, or of its row `groups` (the first of which is row
+    `first_row` + 1 of the file)."""
     import pyarrow as pa
 
     file = parquet_file(source)
-    rows, row = file.metadata.num_rows, 0
-    batches = file.iter_batches(batch_size=PARQUET_BATCH, columns=[source.field])
+    rows, row = file.metadata.num_rows, first_row
+    chosen = {"row_groups": list(groups)} if groups else {}
+    batches = file.iter_batches(batch_size=PARQUET_BATCH, columns=[source.field], **chosen)
     while True:
         cursor.parquet = (row, rows, source.size)
         try:

@@ -11,12 +11,14 @@ import sys
 from pathlib import Path
 
 from msgen.data import DataError
-from msgen.data.output import FORMAT
+from msgen.data.output import FORMAT, MANIFEST
 from msgen.data.readers import Skipped
 from msgen.data.sources import shown
 from msgen.diagnostics import Span, warning
 
 TRAIN, VALID = "train", "valid"
+# dataset.json's "files" and "digests" are this format's; "files" was one name a set
+# before units (train.py reads both).
 
 
 def skipped_warning(item: Skipped, fmt: str) -> str:
@@ -44,9 +46,10 @@ def data_path(folder: Path, name: str, base: Path) -> str:
 
 
 def data_line(folder: Path, outputs: list[str], base: Path) -> str:
-    """`data = mindrecord("...")` for the spec; a path a spec's string cannot hold (a
-    double quote, a line break, a control character) is refused before any work."""
-    paths = [data_path(folder, f"{o}.mindrecord", base) for o in outputs]
+    """`data = mindrecord(".../dataset.json")` for the spec (train.py reads the files
+    the manifest lists for the set); a path a spec's string cannot hold (a double
+    quote, a line break, a control character) is refused before any work."""
+    paths = [data_path(folder, MANIFEST, base) for _ in outputs]
     for path in paths:
         if '"' in path or not path.isprintable():
             raise DataError(
@@ -60,14 +63,16 @@ def data_line(folder: Path, outputs: list[str], base: Path) -> str:
 def split_counts(out, global_batch: int) -> dict:
     return {
         "documents": out.documents,
-        "tokens": out.packer.tokens,
-        "windows": out.packer.windows,
-        "dropped_tokens": out.packer.dropped,
-        "steps": out.packer.windows // global_batch,
+        "tokens": out.tokens,
+        "windows": out.windows,
+        "dropped_tokens": out.dropped,
+        "steps": out.windows // global_batch,
     }
 
 
-def dataset_json(result, options, counts, outputs, eos, tokenizer_bytes, folder: Path) -> dict:
+def dataset_json(
+    result, options, counts, outputs, eos, tokenizer_bytes, folder: Path, files: dict, digests
+) -> dict:
     """What train.py checks the data against (vocab, seq), and how it was made.
     No timestamps or absolute paths: the same input gives the same bytes."""
     spec = result.spec
@@ -93,6 +98,7 @@ def dataset_json(result, options, counts, outputs, eos, tokenizer_bytes, folder:
         "overlap": options.overlap,
         "dedup": options.dedup,
         "valid_fraction": options.valid,
+        "unit_size": options.unit_size,
         # Informational: adding the data line to the spec changes its hash.
         "spec": {"file": result.file, "sha256": spec.sha256},
         "global_batch": spec.train.global_batch,
@@ -106,7 +112,9 @@ def dataset_json(result, options, counts, outputs, eos, tokenizer_bytes, folder:
             "normalized_characters": counts.normalized_characters,
             **{out.name: split_counts(out, spec.train.global_batch) for out in outputs},
         },
-        "files": {out.name: f"{out.name}.mindrecord" for out in outputs},
+        # in dataset order; a unit whose set holds no whole window has no file
+        "files": files,
+        "digests": dict(sorted(digests.items())),  # sha256 of each file and its index
     }
 
 
@@ -116,7 +124,7 @@ def summary_lines(folder: Path, counts, outputs, global_batch: int, options) -> 
         f"{shown(folder.as_posix())}: {counts.documents:,} documents"
         f" ({skipped:,} skipped, {counts.duplicates:,} duplicates removed)"
     ]
-    if skipped > counts.shown:
+    if skipped > len(counts.shown):
         reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(counts.skipped.items()))
         lines.append(f"  skipped: {reasons}")
     if counts.cut_documents:
@@ -134,14 +142,16 @@ def summary_lines(folder: Path, counts, outputs, global_batch: int, options) -> 
     for out in outputs:
         c = split_counts(out, global_batch)
         lines.append(
-            f"  {out.name}.mindrecord: {c['documents']:,} documents, {c['tokens']:,} tokens, "
-            f"{c['windows']:,} windows of {out.packer.length} ({c['dropped_tokens']:,} tail "
+            f"  {out.name}: {c['documents']:,} documents, {c['tokens']:,} tokens, "
+            f"{c['windows']:,} windows of {out.length} ({c['dropped_tokens']:,} tail "
             f"tokens dropped), {c['steps']:,} steps at global batch {global_batch}"
         )
     return lines
 
 
-def report(folder: Path, result, counts, outputs, manifest: dict, line: str, options) -> None:
+def report(
+    folder: Path, result, counts, outputs, manifest: dict, line: str, options, run: list[str]
+) -> None:
     """The summary on stderr (text, one JSON object, or GitHub notices) and the data
     line on stdout, where a script or a person takes it from."""
     from msgen.base.render import escape_workflow
@@ -149,10 +159,12 @@ def report(folder: Path, result, counts, outputs, manifest: dict, line: str, opt
     err, fmt = sys.stderr, options.error_format
     base = options.for_dir or Path("generated") / result.spec.model.name
     if fmt == "json":
-        summary = {"dataset": folder.as_posix(), "counts": manifest["counts"], "data": line}
+        summary = {"dataset": folder.as_posix(), "counts": manifest["counts"], "data": line,
+                   "run": run}  # fmt: skip
         err.write(json.dumps({"summary": summary}, sort_keys=True) + "\n")
     else:
         lines = summary_lines(folder, counts, outputs, result.spec.train.global_batch, options)
+        lines += [f"  {text}" for text in run]
         where = f"{shown(base.as_posix())}/" if options.for_dir else (
             f"{shown(base.as_posix())}/, where `msgen compile {shown(result.file)} -o generated/` "
             "puts train.py; --for DIR if it runs elsewhere"

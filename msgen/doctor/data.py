@@ -65,6 +65,23 @@ def sample_length(tools: Tools, path: Path) -> int | str:
     return "the reader printed no sample"
 
 
+def listed_files(manifest: Path, role: str) -> list[Path] | str:
+    """The files a dataset.json of msgen data lists for `role`, or what is wrong."""
+    try:
+        meta = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return f"{manifest} is not a dataset.json of msgen data"
+    listed = (meta.get("files") or {}).get(role) if isinstance(meta, dict) else None
+    listed = [listed] if isinstance(listed, str) else listed
+    if not listed or not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        return f"{manifest} lists no {role} files"
+    paths = [manifest.parent / name for name in listed]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        return f"{missing[0]}: listed in {manifest} and missing ({len(missing)} of {len(paths)})"
+    return paths
+
+
 def data_checks(
     tools: Tools, files: list[tuple[str, str]], base: Path, vocab: int, seq: int
 ) -> list[Check]:
@@ -74,6 +91,12 @@ def data_checks(
     found: list[Check] = []
     for role, written in files:
         path = Path(written) if Path(written).is_absolute() else base / written
+        if path.suffix == ".json" and path.is_file():
+            listed = listed_files(path, role)
+            if isinstance(listed, str):
+                found.append(error("data", listed, "rerun msgen data"))
+                continue
+            path = listed[0]  # the sets' files share one schema; train.py reads them all
         if not path.is_file():
             found.append(error("data", f"{role} data {path} not found (the spec's {written!r}, "
                                f"resolved against {base})", "make it with `msgen data SPEC INPUT...`, "

@@ -1,0 +1,79 @@
+"""`msgen data --engine ray` on a local Ray of 2 CPUs the test starts: the bytes
+--workers 2 writes, and a raising task named by its source file. Ray comes with the
+test extra (pip install -e '.[test]'); msgen imports it only for --engine ray."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.data_fixtures import ROOT, msgen
+from tests.test_data_engines import UNIT, corpus, files_of, spec_for, tokenizer_file
+
+__all__ = ["corpus", "tokenizer_file"]  # the fixtures, shared
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray head of 2 CPUs on this machine, started as on a cluster node (`ray
+    start --head`), stopped at the end; msgen joins it with --ray-address."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3"}
+    ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
+    started = subprocess.run([*ray_cli, "start", "--head", "--num-cpus=2", f"--port={port}",
+                              "--include-dashboard=false", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([*ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_ray_writes_the_bytes_workers_write(tmp_path, corpus, tokenizer_file):
+    spec = spec_for(tmp_path)
+    args = ["data", spec, corpus, "--tokenizer", tokenizer_file, "--unit-size", str(UNIT),
+            "--valid", "0.1"]  # fmt: skip
+    status, _, err = msgen(*args, "-o", tmp_path / "local", "--workers", "2")
+    assert status == 0, err
+    status, _, err = msgen(*args, "-o", tmp_path / "ray", "--engine", "ray", "--workers", "2")
+    assert status == 0, err
+    assert "(Ray)" in err and "Ray's start-up" in err
+    assert files_of(tmp_path / "ray") == files_of(tmp_path / "local")
+
+
+def test_msgen_and_its_help_do_not_import_ray():
+    code = (
+        "import sys, contextlib, io\n"
+        "import msgen, msgen.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        msgen.cli.main(['data', '--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('ray' in sys.modules, 'msgen.data.ray_engine' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT)}, timeout=120)  # fmt: skip
+    assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+@pytest.mark.slow
+def test_ray_cluster_of_two_cpus(tmp_path, corpus, tokenizer_file, ray_cluster):
+    """msgen joins a running cluster (--ray-address) and leaves it running."""
+    spec = spec_for(tmp_path)
+    args = ["data", spec, corpus, "--tokenizer", tokenizer_file, "--unit-size", str(UNIT)]
+    status, _, err = msgen(*args, "-o", tmp_path / "local", "--workers", "2")
+    assert status == 0, err
+    status, _, err = msgen(*args, "-o", tmp_path / "ray", "--engine", "ray",
+                           "--ray-address", ray_cluster)  # fmt: skip
+    assert status == 0, err
+    assert files_of(tmp_path / "ray") == files_of(tmp_path / "local")
