@@ -142,9 +142,7 @@ class Attention(nn.Cell):
             self.cos_q, self.sin_q = rope_tables(
                 seq, head_dim, self.size, rope_theta, (1, 1)
             )
-            self.cos_k, self.sin_k = rope_tables(
-                seq, head_dim, 1, rope_theta, (1, 1)
-            )
+            self.cos_k, self.sin_k = rope_tables(seq, head_dim, 1, rope_theta, (1, 1))
             self.rope_kernel = RotaryPositionEmbedding().shard(rope_kernel)
         elif rope:
             self.cos_q, self.sin_q = rope_tables(seq, head_dim, self.size, rope_theta)
