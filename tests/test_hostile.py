@@ -278,8 +278,13 @@ def two_trees(tmp_path) -> tuple[Path, dict, dict]:
     the new spec's files."""
     old = emitted(BASE)
     new = emitted(spec(tmp_path, "seq    = 32", "seq    = 64", name="new.msl"))
-    # the launch script and the strategy files (layouts, not shapes) do not follow seq
-    same = {"launch/msrun.sh", *(k for k in old if k.startswith("strategy/"))}
+    # the launch script, the speed-up switches and the strategy files (layouts, not
+    # shapes) do not follow seq
+    same = {
+        "launch/msrun.sh",
+        "parallel_speed_up.json",
+        *(k for k in old if k.startswith("strategy/")),
+    }
     assert set(old) == set(new) and all(old[k] != new[k] for k in old if k not in same)
     folder = tmp_path / "out" / "tiny"
     output.write_tree(folder, old)
