@@ -214,6 +214,10 @@ NOT_RUN = {
     "msgen ckpt to-hf my_llama.msl run/ --from-hf init/ -o my-llama-trained/",
     "msgen ckpt merge my_llama.msl run/ -o merged.ckpt",
     "msgen ckpt reshard my_llama.msl run/ --set cluster.per_node=2 --set mesh.tp=2 -o run-tp2/",
+    # and its mixture of experts, run by tests/test_ckpt_hf.py on a small Qwen3-MoE
+    "msgen import hf my-moe/config.json --seq 32 --global-batch 4 --devices 4 --per-node 4 -o my_moe.msl",
+    "msgen ckpt from-hf my_moe.msl my-moe/ -o moe-init/ --set mesh.dp=2 --set mesh.tp=2 --set mesh.pp=1 --set mesh.ep=2",
+    "msgen ckpt merge my_moe.msl moe-init/ -o moe-merged.ckpt --set mesh.dp=2 --set mesh.tp=2 --set mesh.pp=1 --set mesh.ep=2",
 }
 # What the text next to a command says it prints (stdout + stderr), beyond exit 0.
 SAYS = {
@@ -404,7 +408,7 @@ def test_check_says_when_it_stopped_early(tmp_path):
     # the model's dims feed every shape and the layer count the pipeline splits
     assert err.endswith(
         "note: stopped early; not checked until the errors above are fixed: names, shapes, "
-        "shardings, layouts, pipeline, memory budget\n"
+        "shardings, layouts, pipeline, multi-token prediction, memory budget\n"
     )
     # a syntax error leaves nothing to check; a clean spec, or JSON, gets no note
     spec.write_text(combined("msl002_unclosed_string"), encoding="utf-8")
