@@ -414,7 +414,7 @@ def test_check_says_when_it_stopped_early(tmp_path):
     spec.write_text(combined("msl002_unclosed_string"), encoding="utf-8")
     assert run("check", str(spec))[2].endswith(
         "not checked until the errors above are fixed: the blocks' values, names, shapes, "
-        "shardings, layouts, topology, pipeline, training settings, memory budget\n"
+        "shardings, layouts, topology, pipeline, training settings, multi-token prediction, memory budget\n"
     )
     assert "note:" not in run("check", "--error-format", "json", str(spec))[2]
     assert run("check", str(CASES / "base.msl"))[2] == ""

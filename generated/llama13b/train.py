@@ -480,21 +480,13 @@ def data_files(path, role="train"):
         no_such_file(path)
     listed = (read_manifest(path).get("files") or {}).get(role)
     listed = [listed] if isinstance(listed, str) else listed
-    if (
-        not listed
-        or not isinstance(listed, list)
-        or not all(
-            isinstance(name, str) and name and "/" not in name for name in listed
-        )
+    if not listed or not isinstance(listed, list) or not all(
+        isinstance(name, str) and name and "/" not in name for name in listed
     ):
-        fail(
-            f"{path} lists no {role} files (its files.{role}); "
-            + (
-                "make one with msgen data --valid"
-                if role == "valid"
-                else "rerun msgen data"
-            )
-        )
+        remedy = "rerun msgen data"
+        if role == "valid":
+            remedy = "make one with msgen data --valid"
+        fail(f"{path} lists no {role} files (its files.{role}); {remedy}")
     files = [str(Path(path).parent / name) for name in listed]
     for file in files:
         if not Path(file).is_file():
@@ -1121,10 +1113,9 @@ def main():
     )
     batches = synthetic_batches if args.synthetic else mindrecord_batches
     if not args.synthetic:
-        for path, role in (
-            ((DATA, "train"), (VALID, "valid")) if VALID else ((DATA, "train"),)
-        ):
-            check_data(path, role)
+        check_data(DATA, "train")
+        if VALID:
+            check_data(VALID, "valid")
     ms.set_context(mode=ms.GRAPH_MODE)
     performance_switches()
     if args.rehearse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from msgen.emit.context import ModelContext
+from msgen.emit.layout import LINE_LENGTH
 from msgen.ops import OPS
 from msgen.ops.imports import DROPOUT, FUSED, LAZY_INLINE, SHELL, Import, parse
 
@@ -32,8 +33,11 @@ def _section(imports: list[Import]) -> list[str]:
         if imp.name is not None:
             by_module.setdefault(imp.module, []).append(imp)
     for module in sorted(by_module, key=str.lower):
-        names = sorted(by_module[module], key=_member_order)
-        lines.append(f"from {module} import {', '.join(_spelled(i.name, i.alias) for i in names)}")
+        names = [_spelled(i.name, i.alias) for i in sorted(by_module[module], key=_member_order)]
+        line = f"from {module} import {', '.join(names)}"
+        if len(line) > LINE_LENGTH:  # black's form: one name a line, a trailing comma
+            line = "\n".join([f"from {module} import (", *(f"    {n}," for n in names), ")"])
+        lines.append(line)
     return lines
 
 
