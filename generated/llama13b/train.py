@@ -480,8 +480,12 @@ def data_files(path, role="train"):
         no_such_file(path)
     listed = (read_manifest(path).get("files") or {}).get(role)
     listed = [listed] if isinstance(listed, str) else listed
-    if not listed or not isinstance(listed, list) or not all(
-        isinstance(name, str) and name and "/" not in name for name in listed
+    if (
+        not listed
+        or not isinstance(listed, list)
+        or not all(
+            isinstance(name, str) and name and "/" not in name for name in listed
+        )
     ):
         remedy = "rerun msgen data"
         if role == "valid":

@@ -59,9 +59,14 @@ def check_scaling(node) -> None:
         raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
 
 
-def py(value) -> str:
-    """A scaling parameter as Python source, strings in black's double quotes."""
-    return json.dumps(value) if isinstance(value, str) else repr(value)
+def scaling_source(items) -> str:
+    """The scaling's items (`rope_scaling(node)`) as a Python dict literal, strings in
+    black's double quotes: the generated cell's `rope_scaling` argument."""
+
+    def py(value) -> str:
+        return json.dumps(value) if isinstance(value, str) else repr(value)
+
+    return "{" + ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in items) + "}"
 
 
 def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
@@ -159,8 +164,7 @@ class Attention(OpDef):
         extra = f", flash={op.strategy('flash')}" if s("flash") else ""
         extra += ", qk_norm=True" if s("qk_norm") else ""
         if s("rope_scaling"):
-            items = ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in s("rope_scaling"))
-            extra += f", rope_scaling={{{items}}}"
+            extra += f", rope_scaling={scaling_source(s('rope_scaling'))}"
         extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
         make = (
             f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "

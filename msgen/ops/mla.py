@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.ops.attention import rope_scaling
+from msgen.ops.attention import rope_scaling, scaling_source
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -373,8 +373,7 @@ class Mla(OpDef):
         for role, strategy in op.strategies:
             make += f", {role}={strategy}"
         if s("rope_scaling"):
-            items = ", ".join(f"{k!r}: {v!r}" for k, v in s("rope_scaling"))
-            make += f", rope_scaling={{{items}}}"
+            make += f", rope_scaling={scaling_source(s('rope_scaling'))}"
         if s("flash"):
             make += ", flash=True"
         return Snippet(make + ")", f"self.{op.name}({x})", "mla")
