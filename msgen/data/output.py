@@ -82,6 +82,18 @@ def os_error(exc: OSError, doing: str) -> DataError:
     return DataError(f"cannot {doing}{where}: {exc.strerror or exc}")
 
 
+def recorded_names(stage: Path) -> set[str]:
+    """The files the unit records in a staging folder name (a commit cut short may
+    have moved them into the output folder already)."""
+    names = set()
+    for path in (stage / "units").glob("*.json"):
+        try:
+            names |= set(json.loads(path.read_text("utf-8")).get("files") or {})
+        except (OSError, ValueError, AttributeError):
+            continue
+    return names
+
+
 class Staging:
     """`with Staging(folder, names, force, keep) as stage:` build files in `stage.path`,
     then `stage.commit()`. `keep` is a file the run reads (its --tokenizer), never
@@ -106,8 +118,6 @@ class Staging:
         folder = self.folder
         if os.path.lexists(folder) and not folder.is_dir():
             raise DataError(f"{shown(folder)} is not a folder", "-o names a folder")
-        from msgen.data.resume import recorded_names
-
         self.owned = recorded(folder) if folder.is_dir() else set()
         # a commit cut short moved some of the partial run's files already
         moved = recorded_names(folder / PARTIAL) if self.resume else set()

@@ -54,15 +54,3 @@ def done(units: list[Unit], keys: dict[int, str], stage: Path, folder: Path) -> 
         else:
             path.unlink(missing_ok=True)  # a file of it changed: the unit is done again
     return found
-
-
-def recorded_names(stage: Path) -> set[str]:
-    """The files the unit records in a staging folder name (a commit cut short may
-    have moved them into the output folder already)."""
-    names = set()
-    for path in (stage / "units").glob("*.json"):
-        try:
-            names |= set(json.loads(path.read_text("utf-8")).get("files") or {})
-        except (OSError, ValueError, AttributeError):
-            continue
-    return names
