@@ -31,6 +31,10 @@ import pytest
 
 from tests.emit_fixtures import SPECS, compile_spec, load
 
+# About 100 s of two msrun workers and a stand-alone run: with the other msrun runs
+# (MLA, MTP, the bias update) in `slow`, which CI runs after `make test`.
+pytestmark = pytest.mark.slow
+
 STEPS, RESUME_FROM = 4, 2  # tiny_dp checkpoints every 2 steps
 SELECT = ("--set", "recompute.decoder=select(att, act)", "--set", "train.loss_scale=1024")
 DATA_ROWS, VALID_ROWS = 24, 20  # valid: 2 whole steps of 8 (the rest is not read)
