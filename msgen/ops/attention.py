@@ -28,7 +28,7 @@ from msgen.ops.base import (
     tensor_bytes,
 )
 from msgen.ops.linear import without
-from msgen.ops.rope_scaling import ScalingError, frequencies_source, resolved
+from msgen.ops.rope_scaling import ScalingError, resolved, scaled_rope_values
 
 
 def head_dim(node, ctx) -> int:
@@ -148,15 +148,12 @@ class Attention(OpDef):
         # One Attention cell serves the model: it takes `flash` when any op asks for it,
         # builds dropout primitives when any op drops out, q/k norms when any has them,
         # and carries the scaled frequencies' source when any scales rope.
-        scaled = any(op.setting("rope_scaling") for op in ops)
         return {
             "flash": any(op.setting("flash") for op in ops),
             "dropout": any(op.setting("p") > 0 for op in ops),
             "qk_norm": any(op.setting("qk_norm") for op in ops),
-            "rope_scaling": scaled,
-            "rope_frequencies": frequencies_source() if scaled else "",
             "rope": any(op.setting("rope") for op in ops),
-        }
+        } | scaled_rope_values(ops)
 
     def code(self, op, model):
         (qkv,) = op.inputs

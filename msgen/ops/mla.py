@@ -54,7 +54,7 @@ from msgen.ops.base import (
     whole,
 )
 from msgen.ops.linear import without
-from msgen.ops.rope_scaling import ScalingError, frequencies_source, resolved
+from msgen.ops.rope_scaling import ScalingError, resolved, scaled_rope_values
 
 FP32 = 4
 # FlashAttentionScore's head size D: a multiple of 16, at most 512 (its 2.10 docstring,
@@ -352,12 +352,7 @@ class Mla(OpDef):
     def helper_values(self, ops):
         # One MLA cell serves the model: flash when any op asks for it, and the scaled
         # frequencies' source when any scales rope.
-        scaled = any(op.setting("rope_scaling") for op in ops)
-        return {
-            "flash": any(op.setting("flash") for op in ops),
-            "rope_scaling": scaled,
-            "rope_frequencies": frequencies_source() if scaled else "",
-        }
+        return {"flash": any(op.setting("flash") for op in ops)} | scaled_rope_values(ops)
 
     def code(self, op, model):
         (x,) = op.inputs

@@ -110,3 +110,10 @@ def frequencies_source() -> str:
 
     source = inspect.getsource(frequencies)
     return source[source.index("\n\n\ndef ") + 3 :]
+
+
+def scaled_rope_values(ops) -> dict:
+    """What a rope op's cell template needs once for the model: whether any of `ops`
+    scales rope, and then the frequencies' source it carries."""
+    scaled = any(op.setting("rope_scaling") for op in ops)
+    return {"rope_scaling": scaled, "rope_frequencies": frequencies_source() if scaled else ""}
