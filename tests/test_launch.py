@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from msgen.analysis.mesh import RankMesh
 from msgen.emit.launch import (
     LaunchContext,
     dryrun_script,
@@ -45,6 +46,7 @@ def make_ctx(nodes, per_node=8, device_ips=None, master_port=8118) -> LaunchCont
         spec_path="specs/gpt7b.msl",
         spec_sha256="ab" * 32,
         stage_ranks=(0,),
+        node_ranks=RankMesh(len(nodes) * per_node, 1, per_node=per_node).servers_ranks(),
     )
 
 
@@ -122,11 +124,41 @@ def test_no_rank_table_without_device_ips():
 
 def test_context_rejects_inconsistent_sizes():
     with pytest.raises(ValueError, match="world size"):
-        LaunchContext("m", HEADER, TWO_NODES, 8, None, 8118, 8, "s.msl", "ab" * 32, (0,))
+        LaunchContext("m", HEADER, TWO_NODES, 8, None, 8118, 8, "s.msl", "ab" * 32, (0,), ((), ()))
     with pytest.raises(ValueError, match="device_ips"):
         make_ctx(TWO_NODES, device_ips=(roce(0),))
     with pytest.raises(ValueError, match="device_ips"):
         make_ctx(TWO_NODES, device_ips=(roce(0), roce(1)[:4]))
+    with pytest.raises(ValueError, match="node_ranks"):
+        LaunchContext(
+            "m", HEADER, TWO_NODES, 8, None, 8118, 16, "s.msl", "ab" * 32, (0,), (range(8),)
+        )
+
+
+def test_each_scripts_node_list_names_the_ranks_the_rank_table_gives_that_node():
+    """Three servers of four devices (rank = node * 4 + device, by hand): node 0 holds
+    ranks 0-3, node 1 ranks 4-7, node 2 ranks 8-11, in both scripts' usage notes and in
+    hccl.json's rank_ids; one device a node names a single rank."""
+    nodes = ("10.0.0.1", "10.0.0.2", "10.0.0.3")
+    ips = tuple(tuple(f"10.1.{n}.{d}" for d in range(4)) for n in range(3))
+    ctx = make_ctx(nodes, per_node=4, device_ips=ips)
+    listed = [
+        "#   NODE_RANK=0 on 10.0.0.1 (ranks 0-3, master)",
+        "#   NODE_RANK=1 on 10.0.0.2 (ranks 4-7)",
+        "#   NODE_RANK=2 on 10.0.0.3 (ranks 8-11)",
+    ]
+    assert [
+        line for line in msrun_script(ctx).splitlines() if line.startswith("#   NODE_RANK=")
+    ] == listed
+    table_lines = [
+        line for line in rank_table_script(ctx).splitlines() if line.startswith("#   NODE_RANK=")
+    ]
+    assert table_lines == [line.replace(", master", "") for line in listed]
+    table = json.loads(rank_table_json(ctx))
+    got = [[int(d["rank_id"]) for d in s["device"]] for s in table["server_list"]]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    single = make_ctx(nodes[:2], per_node=1)
+    assert "#   NODE_RANK=1 on 10.0.0.2 (rank 1)" in msrun_script(single).splitlines()
 
 
 def test_output_is_the_same_whatever_the_hash_seed():

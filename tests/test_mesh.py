@@ -80,6 +80,19 @@ def test_each_ranks_stage_and_each_stages_first_rank_are_megatrons(dp, tp, pp, e
     assert mesh.dev_matrix(expert=False) == [dp, tp]
 
 
+@pytest.mark.parametrize("dp, tp, pp, ep", MESHES)
+def test_each_servers_ranks_are_a_row_of_the_grid(dp, tp, pp, ep):
+    """Servers take consecutive ranks (msrun's --node_rank and the rank table number
+    a node's devices after the previous node's): the rank range reshaped to one row a
+    server, for each server size that divides the devices. What the launch scripts'
+    node lists and hccl.json's rank_ids print."""
+    for per_node in (n for n in (1, 2, 4, 8) if dp * tp * pp % n == 0):
+        mesh = RankMesh(dp, tp, pp, ep, per_node=per_node)
+        rows = np.arange(mesh.devices).reshape(-1, per_node).tolist()
+        assert [list(r) for r in mesh.servers_ranks()] == rows
+        assert all(mesh.server(r) == s for s, row in enumerate(rows) for r in row)
+
+
 def test_a_group_that_fits_a_servers_size_can_still_straddle_two():
     """dp 12 with ep 3 (tp 1, pp 2) on 8-device servers: the ep group [6, 7, 8] is 3
     consecutive ranks, fewer than a server holds, yet ranks 6 and 7 are on server 0 and

@@ -144,6 +144,11 @@ class RankMesh:
         """The ranks on a server (servers take consecutive ranks)."""
         return range(server * self.per_node, (server + 1) * self.per_node)
 
+    def servers_ranks(self) -> tuple[range, ...]:
+        """Each server's ranks, by server index (the NODE_RANK the launch scripts take,
+        the rank table's `server_list` order), its devices in device-index order."""
+        return tuple(self.server_ranks(s) for s in range(self.devices // self.per_node))
+
     def servers(self, group: tuple[int, ...]) -> tuple[int, ...]:
         """The servers a group's ranks are on."""
         return tuple(sorted({self.server(r) for r in group}))

@@ -80,7 +80,7 @@ def emit(plan: Plan, spec_path: str, sets: tuple[str, ...] = ()) -> dict[str, st
 
     spec = plan.spec
     context = build_context(plan, spec_path, set_lines(sets))
-    cluster = spec.cluster
+    cluster, mesh = spec.cluster, RankMesh.of(spec)
     launch = LaunchContext(
         model=spec.model.name,
         header=(*header_lines(spec_path, spec.sha256), *set_lines(sets)),
@@ -91,7 +91,8 @@ def emit(plan: Plan, spec_path: str, sets: tuple[str, ...] = ()) -> dict[str, st
         world_size=len(cluster.nodes) * cluster.per_node,
         spec_path=spec_path,
         spec_sha256=spec.sha256,
-        stage_ranks=RankMesh.of(spec).first_ranks(),
+        stage_ranks=mesh.first_ranks(),
+        node_ranks=mesh.servers_ranks(),
     )
     files = {
         "model.py": render_model(context),

@@ -1,9 +1,11 @@
 """The rank table (`hccl.json`) and the launch scripts (msrun, rank table, dry run), as
 strings.
 
-Ranks are numbered node by node: rank = node_index * per_node + device index. The
-mesh puts tp innermost and the pipeline stage outermost, so a tp group takes
-consecutive ranks and stays on one server whenever tp divides per_node.
+Ranks are numbered node by node, each node's devices in device-index order: the
+mesh's owner (msgen/analysis/mesh.py `RankMesh.servers_ranks`) gives each node's
+ranks, which the rank table and the scripts' node lists print. The mesh puts tp
+innermost and the pipeline stage outermost, so a tp group takes consecutive ranks and
+stays on one server whenever tp divides per_node.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class LaunchContext:
     spec_path: str  # as the header names it; the scripts look for it to run msgen doctor
     spec_sha256: str  # msgen doctor runs only for the spec of this hash
     stage_ranks: tuple[int, ...]  # the first rank of each pipeline stage (the dry run's)
+    node_ranks: tuple[range, ...]  # each node's ranks, by device index
 
     def __post_init__(self) -> None:
         # The checks passes reject specs like these with a proper diagnostic; reaching
@@ -37,6 +40,13 @@ class LaunchContext:
             raise ValueError(
                 f"world size {self.world_size} != {len(self.nodes)} nodes"
                 f" x {self.per_node} devices"
+            )
+        if len(self.node_ranks) != len(self.nodes) or any(
+            len(ranks) != self.per_node for ranks in self.node_ranks
+        ):
+            raise ValueError(
+                f"node_ranks must hold {self.per_node} ranks for each of the"
+                f" {len(self.nodes)} nodes"
             )
         if self.device_ips is not None and (
             len(self.device_ips) != len(self.nodes)
@@ -57,14 +67,10 @@ def rank_table_json(ctx: LaunchContext) -> str:
     if ctx.device_ips is None:
         raise ValueError("no rank table without device_ips")
     servers = []
-    for node_index, (server_ip, ips) in enumerate(zip(ctx.nodes, ctx.device_ips, strict=True)):
+    for server_ip, ips, ranks in zip(ctx.nodes, ctx.device_ips, ctx.node_ranks, strict=True):
         devices = [
-            {
-                "device_id": str(device),
-                "device_ip": ip,
-                "rank_id": str(node_index * ctx.per_node + device),
-            }
-            for device, ip in enumerate(ips)
+            {"device_id": str(device), "device_ip": ip, "rank_id": str(rank)}
+            for device, (ip, rank) in enumerate(zip(ips, ranks, strict=True))
         ]
         servers.append({"server_id": server_ip, "device": devices, "host_nic_ip": "reserve"})
     table = {
