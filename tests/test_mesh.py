@@ -93,6 +93,43 @@ def test_each_servers_ranks_are_a_row_of_the_grid(dp, tp, pp, ep):
         assert all(mesh.server(r) == s for s, row in enumerate(rows) for r in row)
 
 
+def generated_expert_ranks():
+    """The generated moe cell's `expert_ranks(rank, devices)` as the template writes it
+    (templates/ops/moe_permute.py.j2 `region`), alone: one model.py serves every rank,
+    so each rank computes its group at run time from the stage's device matrix."""
+    import ast
+
+    from msgen.resources import template
+
+    text = str(template("ops/moe_permute.py.j2").module.region())
+    (function,) = [
+        node
+        for node in ast.parse(text).body
+        if isinstance(node, ast.FunctionDef) and node.name == "expert_ranks"
+    ]
+    names: dict = {}
+    exec(compile(ast.Module([function], []), "moe_permute.py.j2", "exec"), names)  # noqa: S102
+    return names["expert_ranks"]
+
+
+EXPERT_MESHES = MESHES + [(8, 4, 2, 4), (64, 1, 4, 8), (32, 2, 2, 16), (6, 3, 1, 2)]
+
+
+@pytest.mark.parametrize("dp, tp, pp, ep", EXPERT_MESHES)
+def test_each_ranks_expert_group_is_megatrons_in_the_owner_and_the_generated_code(dp, tp, pp, ep):
+    """For every rank: the owner's expert group is the Megatron-LM ep group holding
+    it, its index there the rank's place in it; the generated code's, given the
+    stage's device matrix the owner lays ([dp / ep, ep, tp]), is the owner's."""
+    mesh = RankMesh(dp, tp, pp, ep, per_node=8)
+    expert_ranks = generated_expert_ranks()
+    groups = megatron_groups({"tp": tp, "ep": ep, "dp": dp // ep, "pp": pp}, ("ep",))
+    for rank in range(mesh.devices):
+        (group,) = [g for g in groups if rank in g]
+        assert mesh.expert_group(rank) == (tuple(group), group.index(rank)), rank
+        ranks, index = expert_ranks(rank, mesh.dev_matrix(expert=True))
+        assert (tuple(ranks), index) == mesh.expert_group(rank), rank
+
+
 def test_a_group_that_fits_a_servers_size_can_still_straddle_two():
     """dp 12 with ep 3 (tp 1, pp 2) on 8-device servers: the ep group [6, 7, 8] is 3
     consecutive ranks, fewer than a server holds, yet ranks 6 and 7 are on server 0 and

@@ -124,6 +124,12 @@ class RankMesh:
             offsets = [o + i * step for o in offsets for i in range(self.shape[c])]
         return tuple(sorted(base + o for o in offsets))
 
+    def expert_group(self, rank: int) -> tuple[tuple[int, ...], int]:
+        """`rank`'s expert-parallel group and its index there (its ep coordinate): what
+        the generated moe cell creates its all-to-all group from
+        (templates/ops/moe_permute.py.j2 `expert_ranks`, tested against this)."""
+        return self.group("ep", rank), self.coordinates(rank)["ep"]
+
     def replicas(self, split) -> int:
         """How many devices of a stage hold the same slice of a tensor split so."""
         return self.size(replica_axes(split))
