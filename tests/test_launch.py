@@ -303,8 +303,13 @@ def test_rank_table_sh_starts_one_process_per_device_of_its_node(tmp_path):
     assert result.returncode == 0, result.stderr
 
     assert sorted(found, key=int) == [str(rank) for rank in range(8, 16)]
+    # Each process's RANK_ID (the script's NODE_RANK * PER_NODE + device, at run time)
+    # is the one hccl.json gives its device on node 1 (the mesh's owner's).
+    table = json.loads((out / "hccl.json").read_text())
+    given = {d["device_id"]: d["rank_id"] for d in table["server_list"][1]["device"]}
     for device in range(8):
         rank = str(8 + device)
+        assert given[str(device)] == rank
         assert found[rank] == {
             "RANK_ID": rank,
             "DEVICE_ID": str(device),
