@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from msgen.analysis.plan import Plan, balanced_split, build_plan
+from msgen.analysis.placement import balanced_split
+from msgen.analysis.plan import Plan, build_plan
 from msgen.compiler import analyze_text
 from msgen.emit.build import fusion_tables
 from tests.emit_fixtures import SPECS, plan

@@ -8,7 +8,7 @@ The layers are the network's repeated layers: the sum of its `repeat` counts
 from __future__ import annotations
 
 from msgen.analysis.facts import Facts
-from msgen.analysis.plan import balanced_split
+from msgen.analysis.placement import balanced_split
 from msgen.diagnostics import Diagnostic, error
 from msgen.ir.models import Spec
 from msgen.ir.schema import Schedule

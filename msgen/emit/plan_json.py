@@ -15,7 +15,8 @@ import json
 from msgen.analysis.facts import context
 from msgen.analysis.gradients import gradient_sources
 from msgen.analysis.mesh import RankMesh
-from msgen.analysis.plan import Plan, Repeat
+from msgen.analysis.placement import Repeat
+from msgen.analysis.plan import Plan
 from msgen.ops import OPS
 from msgen.ops.base import split_factor
 
