@@ -67,13 +67,16 @@ def test_every_group_is_megatrons(dp, tp, pp, ep):
 
 @pytest.mark.parametrize("dp, tp, pp, ep", MESHES)
 def test_each_ranks_stage_and_each_stages_first_rank_are_megatrons(dp, tp, pp, ep):
-    """A rank's stage is its index along pp in Megatron-LM's grid (pp outermost), and a
-    stage's first rank the smallest of its ranks: what the dry run, doctor, report and
-    the checkpoint tools read a rank's stage from."""
+    """A rank's stage is its index along pp in Megatron-LM's grid (pp outermost), a
+    stage's ranks its slice of the grid, and a stage's first rank the smallest of its
+    ranks: what the dry run, doctor, report and the checkpoint tools read a rank's
+    stage and a stage's ranks from."""
     mesh = RankMesh(dp, tp, pp, ep, per_node=8)
     grid = np.arange(mesh.devices).reshape(pp, dp // ep, ep, tp)
     for stage in range(pp):
         assert {mesh.stage_of(int(r)) for r in grid[stage].ravel()} == {stage}
+        # its ranks by local rank: the stage's grid row-major, as its device matrix
+        assert list(mesh.stage_ranks(stage)) == grid[stage].ravel().tolist()
     assert mesh.first_ranks() == tuple(int(grid[s].min()) for s in range(pp))
     # The strategy file's device matrix: a stage's grid as a MindSpore Layout lays it.
     assert mesh.dev_matrix(expert=True) == list(grid.shape[1:])

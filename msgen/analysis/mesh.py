@@ -99,6 +99,12 @@ class RankMesh:
         """The pipeline stage `rank` belongs to (stages are outermost)."""
         return rank // self.stride("pp")
 
+    def stage_ranks(self, stage: int) -> range:
+        """The ranks of a pipeline stage, in the order of its strategy file's device
+        matrix (row-major: a stage's local rank is its place here)."""
+        start = stage * self.stride("pp")
+        return range(start, start + self.stride("pp"))
+
     def first_ranks(self) -> tuple[int, ...]:
         """The first rank of each pipeline stage."""
         return tuple(self.rank(stage=s) for s in range(self.pp))

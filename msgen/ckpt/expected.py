@@ -8,8 +8,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from msgen.analysis.mesh import RankMesh
 from msgen.base.status import UsageError
-from msgen.ckpt.slices import LayoutError, slice_shape, stage_devices
+from msgen.ckpt.slices import LayoutError, slice_shape
 from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
@@ -76,18 +77,19 @@ def expected_strategies(result, spec_path: Path) -> dict[str, str]:
 class Stage:
     text: str  # the strategy file compile writes for it
     layouts: dict  # tensor name -> its layout there
-    devices: int  # ranks in the stage
+    ranks: range  # the stage's ranks, by local rank (the mesh's owner's)
 
 
 def stage_layouts(result, spec_path: Path) -> list[Stage]:
     """The spec's pipeline stages in order, as its strategy files lay them out; empty
     for a data-parallel mesh (every rank whole)."""
     files = expected_strategies(result, spec_path)
+    mesh = RankMesh.of(result.spec)
     stages = []
     for s in range(len(files)):
         text = files[f"stage_{s}.json"]
         layouts = json.loads(text)["parallel_layout_item"]
-        stages.append(Stage(text, layouts, stage_devices(next(iter(layouts.values())))))
+        stages.append(Stage(text, layouts, mesh.stage_ranks(s)))
     return stages
 
 

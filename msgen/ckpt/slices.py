@@ -26,10 +26,6 @@ class LayoutError(ValueError):
     """A layout these functions do not read (a dim split over several device dims)."""
 
 
-def stage_devices(layout: dict) -> int:
-    return prod(layout["dev_matrix"])
-
-
 def _cuts(shape, layout: dict, local_rank: int) -> list[tuple[int, int, int]]:
     """(dim, parts, index) of each cut, in the order they apply."""
     matrix = layout["dev_matrix"]

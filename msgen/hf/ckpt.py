@@ -182,14 +182,13 @@ def _write_ranks(
     stage holds is read once and its slice for every rank of the stage appended to that
     rank's file: host memory is one tensor and its slices."""
 
-    rank = 0
     for stage in stages:
         needed = {n for n in stage.layouts if not n.startswith(MOMENTS + ("accu_grads.",))}
         # a buffer (the correction bias) is whole on every rank of its op's stage
         needed |= {
             b for b in buffers if any(n.startswith(b.rsplit(".", 1)[0] + ".") for n in needed)
         }
-        folders = [output / f"rank_{rank + local}" for local in range(stage.devices)]
+        folders = [output / f"rank_{rank}" for rank in stage.ranks]
         for folder in folders:
             folder.mkdir()
             (folder / STRATEGY_FILE).write_text(stage.text, encoding="utf-8")
@@ -210,8 +209,7 @@ def _write_ranks(
                 _append(_ckpt_bytes(name, cut, param, scratch), paths)
         for path in files:
             os.chmod(path, stat.S_IRUSR)  # as save_checkpoint leaves its files
-        rank += stage.devices
-    return rank
+    return sum(len(stage.ranks) for stage in stages)
 
 
 def _source(path: Path) -> dict:
