@@ -22,6 +22,8 @@ from msgen.analysis.mesh import RankMesh
 from msgen.compiler import analyze_text
 from msgen.estimate.time import Machine, group_bytes
 from msgen.ir.devices import DEVICES
+from msgen.ops import moe_rows
+from msgen.ops.base import Context
 from tests import emit_fixtures
 
 
@@ -122,9 +124,14 @@ EXPERT_MESHES = MESHES + [(8, 4, 2, 4), (64, 1, 4, 8), (32, 2, 2, 16), (6, 3, 1,
 def test_each_ranks_expert_group_is_megatrons_in_the_owner_and_the_generated_code(dp, tp, pp, ep):
     """For every rank: the owner's expert group is the Megatron-LM ep group holding
     it, its index there the rank's place in it; the generated code's, given the
-    stage's device matrix the owner lays ([dp / ep, ep, tp]), is the owner's."""
+    stage's device matrix ([dp / ep, ep, tp], the moe op's and the owner's), is the
+    owner's."""
     mesh = RankMesh(dp, tp, pp, ep, per_node=8)
     expert_ranks = generated_expert_ranks()
+    # the device matrix the moe op hands the generated cell (`devices=`) is the owner's
+    sizes = {"dp": dp, "tp": tp, "pp": pp, "ep": ep}
+    laid = moe_rows.devices(Context(mesh_sizes=sizes, dims={}, dtype_bytes=4))
+    assert list(laid) == mesh.dev_matrix(expert=True)
     groups = megatron_groups({"tp": tp, "ep": ep, "dp": dp // ep, "pp": pp}, ("ep",))
     for rank in range(mesh.devices):
         (group,) = [g for g in groups if rank in g]

@@ -13,6 +13,14 @@ so ep is carved out of dp innermost: an ep group is ep ranks tp apart, inside a 
 whenever ep * tp divides the devices per server, and the dense layers see the plain
 `(stage * dp + dp_index) * tp + tp_index` order. Servers take consecutive ranks
 (`server = rank // per_node`).
+
+Templates print what this owner computes (the strides, each stage's and each node's
+ranks, the strategy files' device matrices). Three pieces of generated code still find
+a rank's place at run time, since one file serves every rank; tests hold each to this
+owner: train.py's stage and dp index, from the strides printed here, and model.py's
+`expert_ranks`, from the stage's device matrix the moe op lays (msgen/ops/moe_rows.py
+`devices`, below this layer; tests/test_mesh.py), and rank_table.sh's RANK_ID, from
+its NODE_RANK (tests/test_launch.py: hccl.json's).
 """
 
 from __future__ import annotations
