@@ -6,7 +6,7 @@ import math
 
 from msgen.diagnostics import Diagnostic, did_you_mean, error
 from msgen.syntax import ast
-from msgen.syntax.parser import MAX_NUMBER
+from msgen.syntax.to_ast import MAX_NUMBER
 
 DIM_LIMIT = 2**40
 

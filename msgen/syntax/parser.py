@@ -1,11 +1,10 @@
-"""Parse MSL text into the AST of `msgen.syntax.ast`, or into MSL0xx diagnostics."""
+"""Parse MSL text into the AST of `msgen.syntax.ast` (the tree converted by
+msgen/syntax/to_ast.py), or into MSL0xx diagnostics."""
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import math
-import sys
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -13,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import lark
-from lark import Lark, Token, Tree
+from lark import Lark, Token
 from lark.exceptions import (
     UnexpectedCharacters,
     UnexpectedEOF,
@@ -25,6 +24,7 @@ from msgen.base.files import read_regular
 from msgen.diagnostics import Diagnostic, Span, error
 from msgen.resources import resource_dir
 from msgen.syntax import ast
+from msgen.syntax.to_ast import Rejected, ToAst, token_span
 
 OPENERS = {"LPAR", "LSQB"}
 CLOSERS = {"RPAR", "RSQB"}
@@ -35,8 +35,6 @@ OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "DOUBLESLASH"}
 # stage after the parser walks the tree recursively, so a limit keeps them all far
 # from Python's; real specs stay below 10.
 MAX_NESTING = 100
-# The largest number a literal may write: what a float can hold.
-MAX_NUMBER = sys.float_info.max
 # The largest spec file msgen reads (a 32-layer spec is about 4 KiB).
 SPEC_LIMIT = 16 * 2**20
 
@@ -73,14 +71,6 @@ TERMINAL_WORDS = {
 }
 
 
-class _Rejected(Exception):
-    """A token the parser must not go on with (too deep, a number too large)."""
-
-    def __init__(self, diagnostic_args: tuple):
-        super().__init__(diagnostic_args[1])
-        self.args_ = diagnostic_args
-
-
 class _Statements:
     """Post-lexer: newlines inside () and [] are not statement ends, and runs of
     blank or comment lines are one newline. The file always ends in a newline.
@@ -113,7 +103,7 @@ class _Statements:
                 nesting -= operators[0]
                 operators[0] = 0
             if nesting > MAX_NESTING:
-                raise _Rejected(
+                raise Rejected(
                     (
                         "MSL005",
                         f"expression nested too deeply (more than {MAX_NESTING} levels)",
@@ -198,178 +188,6 @@ def _parser() -> Lark:
     return parser_for(grammar_source(), msl_tables)
 
 
-def _span(file: str, meta) -> Span:
-    return Span(
-        file=file, line=meta.line, col=meta.column, end_line=meta.end_line, end_col=meta.end_column
-    )
-
-
-def _token_span(file: str, tok: Token) -> Span:
-    return Span(
-        file=file, line=tok.line, col=tok.column, end_line=tok.end_line, end_col=tok.end_column
-    )
-
-
-def _number(tok: Token) -> int | float:
-    """A number literal's value; one a float cannot hold is refused (MSL006)."""
-    text = str(tok)
-    value = float(text)
-    if not math.isfinite(value) or value > MAX_NUMBER:
-        shown = text if len(text) <= 24 else f"{text[:12]}...{text[-8:]}"
-        raise _Rejected(
-            (
-                "MSL006",
-                f"number {shown} is too large",
-                tok,
-                f"numbers are at most {MAX_NUMBER:.4g}",
-            )
-        )
-    # Leading zeros do not count against Python's int_max_str_digits (4,300); the
-    # check above leaves at most 309 other digits.
-    return int(text.lstrip("0") or "0") if text.isdigit() else value
-
-
-class _ToAst:
-    """The parse tree to the AST, bottom up: a rule's method gets the rule's position
-    (meta) and its children, already converted. A plain walk, as lark's Transformer
-    wraps each call of a method anew (about a millisecond of a spec's parse)."""
-
-    def __init__(self, file: str):
-        self.file = file
-
-    def transform(self, tree: Tree):
-        children = [self.transform(c) if isinstance(c, Tree) else c for c in tree.children]
-        return getattr(self, tree.data)(tree.meta, children)
-
-    def _s(self, meta) -> Span:
-        return _span(self.file, meta)
-
-    def _name(self, tok: Token) -> ast.Name:
-        return ast.Name(_token_span(self.file, tok), str(tok))
-
-    # atoms
-    def number(self, meta, children):
-        (tok,) = children
-        return ast.Number(self._s(meta), _number(tok), str(tok))
-
-    def size(self, meta, children):
-        num, unit = children
-        number = ast.Number(_token_span(self.file, num), _number(num), str(num))
-        return ast.Size(self._s(meta), number, str(unit))
-
-    def string(self, meta, children):
-        (tok,) = children
-        return ast.String(self._s(meta), str(tok)[1:-1])
-
-    def name(self, meta, children):
-        return self._name(children[0])
-
-    def _binop(op):  # noqa: N805 - a factory used while building the class
-        def build(self, meta, children):
-            left, _, right = children
-            return ast.BinOp(self._s(meta), op, left, right)
-
-        return build
-
-    add = _binop("+")
-    sub = _binop("-")
-    mul = _binop("*")
-    div = _binop("/")
-    floordiv = _binop("//")
-
-    def neg(self, meta, children):
-        return ast.Neg(self._s(meta), children[1])
-
-    def atom(self, meta, children):  # parenthesised expression
-        return children[1]
-
-    def args(self, meta, children):
-        return [c for c in children if not isinstance(c, Token)]
-
-    def kwarg(self, meta, children):
-        name, _, value = children
-        return ast.Kwarg(self._s(meta), self._name(name), value)
-
-    def _split_args(self, items):
-        args = tuple(a for a in items if not isinstance(a, ast.Kwarg))
-        kwargs = tuple(a for a in items if isinstance(a, ast.Kwarg))
-        return args, kwargs
-
-    def call(self, meta, children):
-        func = self._name(children[0])
-        items = next((c for c in children if isinstance(c, list)), [])
-        args, kwargs = self._split_args(items)
-        return ast.Call(self._s(meta), func, args, kwargs)
-
-    def list(self, meta, children):
-        items = tuple(c for c in children if not isinstance(c, Token))
-        return ast.List(self._s(meta), items)
-
-    def repeat(self, meta, children):
-        layer = self._name(children[1])
-        items = next((c for c in children if isinstance(c, list)), [])
-        args, kwargs = self._split_args(items)
-        return ast.Repeat(self._s(meta), layer, args, kwargs, children[-1])
-
-    def every(self, meta, children):
-        return ast.Every(self._s(meta), children[1], children[3])
-
-    # statements
-    # A statement's span runs from its first token to its last node, so it
-    # never takes in the newline (or comment) that ends it.
-    def annot(self, meta, children):
-        param = self._name(children[0]) if len(children) == 3 else None
-        return ast.Annot(self._s(meta), param, children[-1])
-
-    def assign(self, meta, children):
-        target, _, value, *annots = children
-        target = self._name(target)
-        span = target.span.to((annots or [value])[-1].span)
-        return ast.Assign(span, target, value, tuple(annots))
-
-    def input_decl(self, meta, children):
-        kw, name, _, shape, *annots = children
-        span = _token_span(self.file, kw).to((annots or [shape])[-1].span)
-        return ast.InputDecl(span, self._name(name), shape, tuple(annots))
-
-    def output_stmt(self, meta, children):
-        kw, value, *annots = children
-        span = _token_span(self.file, kw).to((annots or [value])[-1].span)
-        return ast.OutputStmt(span, value, tuple(annots))
-
-    def buckets(self, meta, children):
-        return children[1]
-
-    def group_decl(self, meta, children):
-        kind, name, _, value, *rest = children
-        buckets = rest[0] if rest else None
-        kind = self._name(kind)
-        span = kind.span.to((buckets or value).span)
-        return ast.GroupDecl(span, kind, self._name(name), value, buckets)
-
-    def block(self, meta, children):
-        names = [c for c in children if isinstance(c, Token) and c.type == "NAME"]
-        stmts = tuple(c for c in children if not isinstance(c, Token))
-        kind = self._name(names[0])
-        name = self._name(names[1]) if len(names) > 1 else None
-        close = next(c for c in children if isinstance(c, Token) and c.type == "RBRACE")
-        return ast.Block(kind.span.to(_token_span(self.file, close)), kind, name, stmts)
-
-    def version(self, meta, children):
-        kw, num = children
-        number = ast.Number(_token_span(self.file, num), _number(num), str(num))
-        keyword = self._name(kw)
-        return ast.Version(keyword.span.to(number.span), keyword, number)
-
-    def start(self, meta, children):
-        version = next((c for c in children if isinstance(c, ast.Version)), None)
-        blocks = tuple(c for c in children if isinstance(c, ast.Block))
-        span = Span(file=self.file, line=1, col=1, end_line=1, end_col=1)
-        if not meta.empty:
-            span = self._s(meta)
-        return ast.Module(span, version, blocks)
-
-
 def _expected(exc: UnexpectedInput) -> str:
     names = sorted({TERMINAL_WORDS.get(t, t) for t in getattr(exc, "expected", ()) or ()})
     if not names:
@@ -408,7 +226,7 @@ def _syntax_error(exc: UnexpectedInput, file: str, text: str) -> Diagnostic:
         )
         what = "end of line"
     else:
-        span = _token_span(file, tok)
+        span = token_span(file, tok)
         what = f"`{tok}`"
     return error("MSL001", f"unexpected {what}", span, _expected(exc) or None)
 
@@ -438,9 +256,9 @@ def _lone_cr(text: str, file: str) -> Diagnostic | None:
     )
 
 
-def _rejected(exc: _Rejected, file: str) -> Diagnostic:
+def _rejected(exc: Rejected, file: str) -> Diagnostic:
     code, message, tok, hint = exc.args_
-    return error(code, message, _token_span(file, tok), hint)
+    return error(code, message, token_span(file, tok), hint)
 
 
 def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diagnostic]]:
@@ -459,10 +277,10 @@ def parse(text: str, file: str = "<spec>") -> tuple[ast.Module | None, list[Diag
     gc.disable()
     try:
         tree = parser.parse(text)
-        module = _ToAst(file).transform(tree)
+        module = ToAst(file).transform(tree)
     except UnexpectedInput as exc:
         return None, [_syntax_error(exc, file, text)]
-    except _Rejected as exc:
+    except Rejected as exc:
         return None, [_rejected(exc, file)]
     finally:
         _COLLECTED.reset(context)
