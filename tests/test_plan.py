@@ -1,4 +1,4 @@
-"""The Plan's pipeline placement (msgen/analysis/plan.py) against layers placed one by one, the
+"""The Plan's pipeline placement (msgen/analysis/placement.py) against layers placed one by one, the
 fusion tables the emitters take from it, and what `check` says about fusion kinds.
 
 The placement: the repeated layers (one global index over every repeat) run through

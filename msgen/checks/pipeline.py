@@ -83,7 +83,7 @@ def check_schedule(spec: Spec, layers: int) -> list[Diagnostic]:
         return []
     chunks = pipe.chunks
     if pipe.split is not None:
-        # Each stage's `split` count is divided over its chunks (msgen/analysis/plan.py), so a
+        # Each stage's `split` count is divided over its chunks (msgen/analysis/placement.py), so a
         # stage with fewer layers than chunks would leave a virtual stage empty.
         short = [i for i, n in enumerate(pipe.split) if 0 < n < chunks]
         if pp == 1 or chunks == 1 or not short or len(pipe.split) != pp:
