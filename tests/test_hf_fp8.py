@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from msgen.hf.fp8 import E4M3FN, dequantize
-from msgen.hf.tensors import encode, read_header, read_tensor
+from msgen.hf.tensors import encode, from_float32, read_header, read_tensor
 from tests.oracles import require
 from tests.test_ckpt_hf import SEQ, compiled_network, msgen
 from tests.test_hf_deepseek import SLICED, hf_model, logits_error
@@ -90,6 +90,9 @@ def test_ragged_and_square_blocks_dequantize_as_torch(tmp_path, shape, block):
     assert got.dtype == np.float32
     assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
     assert np.abs(got - w.numpy()).max() <= np.abs(w.numpy()).max() / 16  # it is w
+    # and as bf16 (what to-hf writes for a bf16 config) it is DeepSeek's fp8_cast_bf16.py
+    bf16 = torch_dequant(q, scale_inv, block).to(torch.bfloat16).view(torch.int16).numpy()
+    assert np.array_equal(from_float32(got, "BF16"), bf16.view(np.uint16))
 
 
 PROJECTION = re.compile(r"_proj(_with_mqa)?\.weight$")
@@ -140,8 +143,8 @@ def folders(tmp_path_factory):
     spec, spec4 = root / "m.msl", root / "m4.msl"
     config = root / "fp8" / "config.json"
     assert msgen("import", "hf", config, "-o", spec, "--seq", SEQ)[0] == 0
-    assert msgen("import", "hf", config, "-o", spec4, "--seq", SEQ, "--devices", 4,
-                 "--per-node", 4)[0] == 0  # fmt: skip
+    # one server of 4 devices, the mesh then set per command (the planner is not needed)
+    spec4.write_text(re.sub(r"per_node = 1\n", "per_node = 4\n", spec.read_text()))
     return model, root / "dequantized", root / "fp8", spec, spec4
 
 
@@ -186,6 +189,26 @@ def test_per_rank_slices_are_the_dequantized_weights_slices(folders, tmp_path):
         got = checkpoint(tmp_path / "a" / f"rank_{rank}" / "model.ckpt")
         assert got["decoder_moe.0.att.kv_b"].shape == (16, 64)  # 2 of the 4 heads
         assert same(got, checkpoint(tmp_path / "b" / f"rank_{rank}" / "model.ckpt")), rank
+
+
+def test_a_sharded_fp8_folder_with_scales_apart_from_their_weights(folders, tmp_path):
+    """The index's two shards: every weight in one, every scale in the other (as an
+    index may place them); the same checkpoint as the single file."""
+    _, _, fp8, spec, _ = folders
+    source, folder = fp8 / "model.safetensors", tmp_path / "hf"
+    folder.mkdir()
+    shutil.copyfile(fp8 / "config.json", folder / "config.json")
+    names = sorted(read_header(source)[0])
+    shards = {"a.safetensors": [n for n in names if not n.endswith("_scale_inv")]}
+    shards["b.safetensors"] = [n for n in names if n.endswith("_scale_inv")]
+    for file, part in shards.items():
+        with open(folder / file, "wb") as f:
+            f.writelines(encode({n: read_tensor(source, n) for n in part}, {}))
+    index = {"weight_map": {n: file for file, part in shards.items() for n in part}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert msgen("ckpt", "from-hf", spec, folder, "-o", tmp_path / "a")[0] == 0
+    assert msgen("ckpt", "from-hf", spec, fp8, "-o", tmp_path / "b")[0] == 0
+    assert same(checkpoint(tmp_path / "a/model.ckpt"), checkpoint(tmp_path / "b/model.ckpt"))
 
 
 def _drop_scale(tensors, config):
