@@ -82,10 +82,10 @@ def decode(codes: np.ndarray) -> np.ndarray:
     return E4M3FN[codes]
 
 
-def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, int]:
+def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, ...]:
     """The scale grid a [rows, cols] weight has in blocks of `block` (ragged last
     blocks count)."""
-    return tuple(-(-n // b) for n, b in zip(shape, block, strict=True))  # type: ignore[return-value]
+    return tuple(-(-n // b) for n, b in zip(shape, block, strict=True))
 
 
 def dequantize(codes: np.ndarray, scale_inv: np.ndarray, block: tuple[int, int]) -> np.ndarray:
@@ -128,7 +128,7 @@ def quantization_of(config: dict, where: str) -> Quantization | None:
     block = tuple(q.get("weight_block_size", BLOCK_DEFAULT))
     if len(block) != 2:
         raise BadInput(f"{key}.weight_block_size: {len(block)} numbers, not [rows, cols]")
-    return Quantization(block)  # type: ignore[arg-type]
+    return Quantization((block[0], block[1]))
 
 
 @dataclass(frozen=True)
@@ -150,17 +150,13 @@ class HfTensors:
         if name not in self.scales:
             return as_float32(array, dtype)
         scale, scale_dtype = self._read(self.scales[name])
-        return dequantize(array, as_float32(scale, scale_dtype), self.block)  # type: ignore
+        assert self.block is not None  # a scale is found only under a quantization_config
+        return dequantize(array, as_float32(scale, scale_dtype), self.block)
 
     def written_as(self, name: str, dtype: str, model_dtype: str) -> str:
         """The dtype to-hf writes `name` back as: its own, or the config's for an FP8
         weight."""
         return WRITTEN_AS[model_dtype] if name in self.scales else dtype
-
-    @property
-    def companions(self) -> set[str]:
-        """The scale tensors the FP8 weights consume (no weight of the model)."""
-        return set(self.scales.values())
 
 
 def hf_tensors(
