@@ -157,6 +157,9 @@ def same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 
 
 def test_fp8_weights_give_the_dequantized_checkpoint_and_transformers_logits(folders, tmp_path):
+    """The checkpoint is the dequantized fp32 folder's, bit for bit; the logits are
+    transformers' on the dequantized weights (measured 4.8e-7; on the weights before
+    quantization they differ by 0.34, so 1e-4 tells the two apart)."""
     model, dequantized, fp8, spec, _ = folders
     ms.set_context(mode=ms.PYNATIVE_MODE, device_target="CPU")
     code, err = msgen("ckpt", "from-hf", spec, fp8, "-o", tmp_path / "a")
