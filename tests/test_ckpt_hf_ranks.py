@@ -104,6 +104,7 @@ def from_hf_counted(tmp_path, monkeypatch, sets) -> tuple[list[str], list[str]]:
     """from-hf of a tiny llama for the mesh `sets`: the names of the tensors it read
     from the safetensors file, and of the slices it encoded, in order."""
     from msgen.hf import ckpt as hf_ckpt
+    from msgen.hf import fp8  # where from-hf reads each tensor (and its scale, if FP8)
 
     hf_model("llama", tmp_path / "hf", torch.float32)
     spec = tmp_path / "m.msl"
@@ -120,7 +121,7 @@ def from_hf_counted(tmp_path, monkeypatch, sets) -> tuple[list[str], list[str]]:
         encoded.append(name)
         return encode(name, *args)
 
-    monkeypatch.setattr(hf_ckpt, "read_tensor", read)
+    monkeypatch.setattr(fp8, "read_tensor", read)
     monkeypatch.setattr(hf_ckpt, "_ckpt_bytes", counted)
     sets = [a for s in sets for a in ("--set", s)]
     code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)

@@ -37,14 +37,9 @@ from msgen.ckpt.slices import slice_of
 from msgen.ckpt.transform import load
 from msgen.diagnostics import printable
 from msgen.hf.config import HfModel, model_of, read_config
+from msgen.hf.fp8 import dequantized_config, hf_tensors, quantization_of
 from msgen.hf.layout import hf_names, hf_shapes, msgen_shapes, to_hf, to_msgen
-from msgen.hf.tensors import (
-    as_float32,
-    encode,
-    from_float32,
-    read_header,
-    read_tensor,
-)
+from msgen.hf.tensors import encode, from_float32, read_header
 
 SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size
 DTYPE_OF = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
@@ -100,6 +95,7 @@ def from_hf(result, options: CkptOptions) -> int:
     config = read_config(config_file)
     named = printable(str(config_file))
     model = model_of(config, named)
+    quantization = quantization_of(config, named)  # fp8 or none, before the tensors
     _same_layers(model, result, named)
     files = _hf_files(options.source)
     headers = {path: read_header(path) for path in set(files.values())}
@@ -109,7 +105,6 @@ def from_hf(result, options: CkptOptions) -> int:
             f"{printable(absent[0])} is not in {printable(str(options.source))} (another model?)"
         )
     entries = {name: headers[files[name]][0][name] for name in hf_names(model)}
-    dtypes = {name: e.dtype for name, e in entries.items()}
     shapes = {name: e.shape for name, e in entries.items()}
     for name, shape in hf_shapes(model).items():
         if tuple(shapes[name]) != shape:  # the tensors are another model than config.json's
@@ -121,10 +116,10 @@ def from_hf(result, options: CkptOptions) -> int:
     # before any data is read; the buffers the Hugging Face model has (DeepSeek-V3's
     # correction bias) with them
     check_tensors(msgen_shapes(model), spec_params(result) | spec_buffers(result))
-
-    def load(name: str) -> np.ndarray:
-        array, dtype = read_tensor(files[name], name, headers[files[name]])
-        return as_float32(array, dtype)
+    # FP8 weights with their block scales: dequantized whole, before any slicing
+    reader = hf_tensors(quantization, named, files, headers, hf_names(model))
+    load = reader.load
+    dtypes = {n: reader.written_as(n, e.dtype, model.dtype) for n, e in entries.items()}
 
     dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}
     param = dtype[result.spec.model.param_dtype.value]
@@ -144,7 +139,7 @@ def from_hf(result, options: CkptOptions) -> int:
             params = [{"name": n, "data": t} for n, t in tensors]
             ms.save_checkpoint(params, str(held.staged / INIT_FILE))
             wrote = f"{options.output / INIT_FILE}: {len(params)} parameters"
-        source = {"config": config, "dtypes": dtypes}
+        source = {"config": dequantized_config(config), "dtypes": dtypes}
         (held.staged / SOURCE_FILE).write_text(json.dumps(source, indent=1), encoding="utf-8")
     print(f"wrote {printable(wrote)}", file=sys.stderr)
     return EXIT_OK

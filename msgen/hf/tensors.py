@@ -5,7 +5,8 @@ N bytes of JSON `{name: {"dtype", "shape", "data_offsets": [begin, end]}, ...,
 "__metadata__": {str: str}}`, then the tensors' bytes, row-major, little-endian, offsets
 relative to the end of the header. Reading seeks to one tensor and reads its bytes, so
 host memory holds one tensor, never the file. bf16 (which numpy has no type for) is
-carried as its raw 16 bits in a uint16 array, tagged with the dtype name.
+carried as its raw 16 bits in a uint16 array, tagged with the dtype name; float8 e4m3
+as its 8-bit codes (msgen.hf.fp8 decodes them with their block scales).
 
 Writing makes every array C-contiguous first: safetensors 0.8.0's `save_file` writes a
 non-contiguous array's memory in memory order (upstream issue 825), so a transposed
@@ -39,6 +40,7 @@ DTYPES = {
     "I8": np.dtype("i1"),
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
+    "F8_E4M3": np.dtype("u1"),  # float8_e4m3fn's codes, decoded by msgen.hf.fp8
 }
 HEADER_LIMIT = 100 << 20  # safetensors' own cap on the header
 
@@ -159,7 +161,9 @@ def read_tensor(path: Path, name: str, header=None) -> tuple[np.ndarray, str]:
 
 def as_float32(array: np.ndarray, dtype: str) -> np.ndarray:
     """A float tensor as fp32: exact for fp32, fp16 and bf16 (whose bits are fp32's top
-    half)."""
+    half). FP8 codes are no floats until their scales apply (msgen.hf.fp8)."""
+    if dtype == "F8_E4M3":
+        raise ValueError("F8_E4M3 codes are dequantized with their scales (msgen.hf.fp8)")
     if dtype == "BF16":
         return (array.astype(np.uint32) << 16).view(np.float32)
     return array.astype(np.float32, copy=False)
