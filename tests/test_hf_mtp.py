@@ -190,28 +190,40 @@ def test_to_hf_gives_back_the_layer_and_its_copies_bit_for_bit(tmp_path, dtype):
     assert again["num_nextn_predict_layers"] == 1
 
 
-@pytest.mark.slow  # 33 s measured: two from-hf runs, and to-hf merging 4 ranks
-def test_per_rank_slices_of_the_module_merge_back(tmp_path):
-    """dp 2 x tp 2 with ep 2: the module's block is cut as a main layer (4 of its 8
+MESHES = {
+    "dp2_tp2_ep2": ("mesh.dp=2", "mesh.tp=2", "mesh.pp=1", "mesh.ep=2", "train.zero=0"),
+    "tp2_pp2": ("mesh.dp=1", "mesh.tp=2", "mesh.pp=2", "mesh.ep=1", "train.zero=0"),
+}
+
+
+@pytest.mark.slow  # 33 s a mesh measured: two from-hf runs, and to-hf merging 4 ranks
+@pytest.mark.parametrize("mesh", sorted(MESHES))
+def test_per_rank_slices_of_the_module_merge_back(tmp_path, mesh):
+    """On dp 2 x tp 2 with ep 2 the module's block is cut as a main layer (4 of its 8
     experts, half the heads' up-projections per rank), eh_proj column-parallel over
-    tp, its correction bias whole on every rank; to-hf of the ranks gives every source
-    tensor back bit for bit, the copies included."""
+    tp, its correction bias whole on every rank; on tp 2 x pp 2 the module is on the
+    last stage's ranks only. to-hf of the ranks gives every source tensor back bit for
+    bit, the copies included."""
     with_mtp(tmp_path / "hf")
     spec = tmp_path / "m.msl"
     assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ,
                  "--devices", 4, "--per-node", 4)[0] == 0  # fmt: skip
-    sets = [a for s in ("mesh.dp=2", "mesh.tp=2", "mesh.pp=1", "mesh.ep=2", "train.zero=0")
-            for a in ("--set", s)]  # fmt: skip
+    sets = [a for s in MESHES[mesh] for a in ("--set", s)]
     assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "whole")[0] == 0
     code, err = msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "ranks", *sets)
     assert code == 0, err
     whole = ms.load_checkpoint(str(tmp_path / "whole" / "model.ckpt"))
-    rank3 = ms.load_checkpoint(str(tmp_path / "ranks" / "rank_3" / "model.ckpt"))
-    assert rank3["mtp.layers.0.block.moe.gate"].shape == (4, 64, 32)
-    assert rank3["mtp.layers.0.block.att.kv_b"].shape == (16, 64)
-    assert rank3["mtp.layers.0.eh_proj.weight"].shape == (128, 32)
+    ranks = [ms.load_checkpoint(str(tmp_path / "ranks" / f"rank_{r}" / "model.ckpt"))
+             for r in range(4)]  # fmt: skip
     bias = "mtp.layers.0.block.moe.expert_bias"
-    assert np.array_equal(rank3[bias].asnumpy(), whole[bias].asnumpy())
+    holders = [r for r in range(4) if bias in ranks[r]]
+    assert holders == ([0, 1, 2, 3] if mesh == "dp2_tp2_ep2" else [2, 3])
+    for r in holders:
+        assert np.array_equal(ranks[r][bias].asnumpy(), whole[bias].asnumpy())
+        assert ranks[r]["mtp.layers.0.eh_proj.weight"].shape == (128, 32)
+    if mesh == "dp2_tp2_ep2":
+        assert ranks[3]["mtp.layers.0.block.moe.gate"].shape == (4, 64, 32)
+        assert ranks[3]["mtp.layers.0.block.att.kv_b"].shape == (16, 64)
     code, err = msgen("ckpt", "to-hf", spec, tmp_path / "ranks", "-o", tmp_path / "back", *sets)
     assert code == 0, err
     same_tensors(tmp_path / "hf" / "model.safetensors", tmp_path / "back" / "model.safetensors")
