@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from msgen.analysis.mtp import setting
 from msgen.base.readers import BadInput, Dict, Obj, Str, load_json
 from msgen.base.status import EXIT_OK, UsageError
 from msgen.ckpt.command import whole_checkpoint
@@ -251,8 +252,6 @@ def _same_layers(model: HfModel, result, where: str) -> None:
     """The config's layer count, and its multi-token prediction layers' count, are the
     spec's (its layers, its train.mtp depth): checked before its tensors are named (a
     config of 10^8 layers is not enumerated)."""
-    from msgen.analysis.mtp import setting
-
     layers = result.spec.model.dims.get("layers")
     if model.layers != layers:
         raise UsageError(f"{where} is not the spec's model: {model.layers} layers, not {layers}")

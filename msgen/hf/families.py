@@ -36,10 +36,11 @@ class Family:
 
 
 # the model's own, outside the layers
-EMBEDDING = (Weight(("model.embed_tokens.weight",), "emb.table", COPY, (("vocab", "hidden"),)),)
+TABLE, OUTPUT = "emb.table", "logits.weight"  # the embedding's and the output layer's
+EMBEDDING = (Weight(("model.embed_tokens.weight",), TABLE, COPY, (("vocab", "hidden"),)),)
 HEAD = (
     Weight(("model.norm.weight",), "norm.gamma", COPY, (("hidden",),)),
-    Weight(("lm_head.weight",), "logits.weight", TRANSPOSE, (("vocab", "hidden"),), "untied"),
+    Weight(("lm_head.weight",), OUTPUT, TRANSPOSE, (("vocab", "hidden"),), "untied"),
 )
 
 _QKV = tuple(f"self_attn.{p}_proj" for p in "qkv")
@@ -159,10 +160,10 @@ DEEPSEEK_MTP = (
     Weight(("hnorm.weight",), "hnorm.gamma", COPY, (("hidden",),)),
     Weight(("eh_proj.weight",), "eh_proj.weight", TRANSPOSE, (("hidden", "eh_in"),)),
     Weight(("shared_head.norm.weight",), "norm.gamma", COPY, (("hidden",),)),
-    tied_copy("embed_tokens.weight", "emb.table", COPY, ("vocab", "hidden")),
-    tied_copy("shared_head.head.weight", "logits.weight", TRANSPOSE, ("vocab", "hidden"), "untied"),
+    tied_copy("embed_tokens.weight", TABLE, COPY, ("vocab", "hidden")),
+    tied_copy("shared_head.head.weight", OUTPUT, TRANSPOSE, ("vocab", "hidden"), "untied"),
     # a tied model's output layer is the embedding table
-    tied_copy("shared_head.head.weight", "emb.table", COPY, ("vocab", "hidden"), "tied"),
+    tied_copy("shared_head.head.weight", TABLE, COPY, ("vocab", "hidden"), "tied"),
 )
 
 TABLES = {

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from msgen.analysis.mtp import PREFIX as MTP_PREFIX
 from msgen.base.status import UsageError
 from msgen.diagnostics import printable
 from msgen.hf.config import HfModel
@@ -29,7 +30,6 @@ from msgen.hf.kinds import layer_path, runs
 from msgen.hf.mapping import Weight
 
 Get = Callable[[str], np.ndarray]
-MTP_PREFIX = "mtp.layers"  # msgen.analysis.mtp.PREFIX, the generated module's paths
 
 
 class CopyError(UsageError):
