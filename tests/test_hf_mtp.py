@@ -337,3 +337,50 @@ def test_a_module_layer_of_another_kind_is_refused(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "first_k_dense_replace = 3 gives the multi-token prediction layers" in proc.stderr
     assert not spec.exists()
+
+
+@pytest.mark.slow  # about 150 s measured: compiling and 3 steps of train.py
+def test_train_py_starts_from_the_module_and_to_hf_writes_it_back(tmp_path):
+    """import hf -> from-hf -> train.py --init-from, 3 steps -> to-hf of the run: the
+    run starts from the checkpoint's module and correction biases (a bias left at
+    zero would be up to 0.05 away; the update moves each by at most 3 x bias_rate
+    1e-3), logs mtp_loss, and to-hf writes DeepSeek's key set with the copies equal
+    to the trained embedding and output layer."""
+    import subprocess
+    import sys
+
+    with_mtp(tmp_path / "hf")
+    spec = tmp_path / "m.msl"
+    assert msgen("import", "hf", tmp_path / "hf" / "config.json", "-o", spec, "--seq", SEQ)[0] == 0
+    text = spec.read_text().replace("global_batch = 64", "global_batch = 2")
+    spec.write_text(text.replace("micro_batches = 64", "micro_batches = 2"))
+    assert msgen("ckpt", "from-hf", spec, tmp_path / "hf", "-o", tmp_path / "init")[0] == 0
+    assert msgen("compile", spec, "-o", tmp_path / "gen")[0] == 0
+    tree = next(p for p in (tmp_path / "gen").iterdir() if p.is_dir())
+    run = subprocess.run(
+        [sys.executable, "train.py", "--standalone", "--synthetic", "--steps", "3"]
+        + ["--init-from", str(tmp_path / "init"), "--output", str(tmp_path / "out")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "mtp_loss" in (tmp_path / "out" / "rank_0" / "log.csv").read_text().splitlines()[0]
+    init = ms.load_checkpoint(str(tmp_path / "init" / "model.ckpt"))
+    trained = ms.load_checkpoint(str(sorted((tmp_path / "out" / "rank_0").glob("step_*.ckpt"))[-1]))
+    for name in init:
+        moved = np.abs(trained[name].asnumpy() - init[name].asnumpy()).max()
+        if name.endswith("expert_bias"):
+            assert np.abs(init[name].asnumpy()).max() > 0.02 and moved <= 3e-3 + 1e-6, name
+        else:
+            assert 0 < moved < 1e-3, name  # trained, from the imported weights
+    code, err = msgen("ckpt", "to-hf", spec, tmp_path / "out", "--from-hf", tmp_path / "init",
+                      "-o", tmp_path / "back")  # fmt: skip
+    assert code == 0, err
+    source, back = tmp_path / "hf" / "model.safetensors", tmp_path / "back" / "model.safetensors"
+    assert set(read_header(back)[0]) == set(read_header(source)[0])
+    for copy_name, original in COPIES.items():
+        assert np.array_equal(read_tensor(back, copy_name)[0], read_tensor(back, original)[0])
+    emb = trained["emb.table"].asnumpy()
+    assert np.array_equal(read_tensor(back, PREFIX + "embed_tokens.weight")[0], emb)
