@@ -196,7 +196,7 @@ MESHES = {
 }
 
 
-@pytest.mark.slow  # 33 s a mesh measured: two from-hf runs, and to-hf merging 4 ranks
+@pytest.mark.slow  # 14-33 s a mesh measured: two from-hf runs, to-hf merging 4 ranks
 @pytest.mark.parametrize("mesh", sorted(MESHES))
 def test_per_rank_slices_of_the_module_merge_back(tmp_path, mesh):
     """On dp 2 x tp 2 with ep 2 the module's block is cut as a main layer (4 of its 8
@@ -339,7 +339,7 @@ def test_a_module_layer_of_another_kind_is_refused(tmp_path):
     assert not spec.exists()
 
 
-@pytest.mark.slow  # about 150 s measured: compiling and 3 steps of train.py
+@pytest.mark.slow  # 48-114 s measured: compiling and 3 steps of train.py
 def test_train_py_starts_from_the_module_and_to_hf_writes_it_back(tmp_path):
     """import hf -> from-hf -> train.py --init-from, 3 steps -> to-hf of the run: the
     run starts from the checkpoint's module and correction biases (a bias left at
