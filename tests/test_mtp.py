@@ -17,7 +17,9 @@ generated code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -76,6 +78,34 @@ def tokens_and_labels(seed: int = 1, rows: int = 2, seq: int = 32, vocab: int = 
     return ids[:, :-1], ids[:, 1:]
 
 
+class Module(NamedTuple):
+    """One module's own weights as the paper names them, and its block as a function."""
+
+    enorm: np.ndarray  # [hidden]
+    hnorm: np.ndarray  # [hidden]
+    eh_proj: np.ndarray  # [2 hidden, hidden]: x @ eh_proj, the embedding's half first
+    block: Callable[[np.ndarray], np.ndarray]
+    norm: np.ndarray  # [hidden]: shared_head.norm
+
+
+def module_losses(h, full, table, head, modules: list[Module], eps: float = EPS) -> list:
+    """Each module's loss L_k (equations 21-24), from h^0 [batch, T, hidden] (what the
+    output layer reads), the tokens t_0 .. t_T [batch, T + 1], the shared embedding
+    table [vocab, hidden] and output weight [hidden, vocab]."""
+    seq = full.shape[1] - 1
+    losses = []
+    for k, mod in enumerate(modules, 1):
+        n = seq - k  # positions 0 .. T - k - 1 have a token k + 1 ahead
+        embedded = table[full[:, k : k + n]]  # Emb(t_{i+k})
+        joined = np.concatenate(
+            [rmsnorm(embedded, mod.enorm, eps), rmsnorm(h[:, :n], mod.hnorm, eps)], axis=-1
+        )
+        h = mod.block(joined @ mod.eh_proj)
+        logits = rmsnorm(h, mod.norm, eps) @ head
+        losses.append(cross_entropy(logits, full[:, k + 1 : k + 1 + n]))
+    return losses
+
+
 def reference_loss(plan, params: dict, tokens, labels, depth: int, weight: float):
     """L_main + weight / depth * sum over modules k = 1 .. depth of L_k, in float64, plus
     the auxiliary losses of the main layers and of the modules' blocks; and the modules'
@@ -90,24 +120,20 @@ def reference_loss(plan, params: dict, tokens, labels, depth: int, weight: float
         for i in range(rep.count):
             h = ref.run_graph(plan, rep.layer, h, p, f"{rep.layer}.{i}.", None, ctx, [])
     h = rmsnorm(h, p["norm.gamma"], EPS)  # h^0: what the output layer reads
-    seq = tokens.shape[1]
+
+    def module(k: int) -> Module:
+        m = f"mtp.layers.{k}."
+        layer = plan.mtp.setting.layer
+
+        def block(x):
+            return ref.run_graph(plan, layer, x, p, m + "block.", None, ctx, aux)
+
+        return Module(p[m + "enorm.gamma"], p[m + "hnorm.gamma"], p[m + "eh_proj.weight"],
+                      block, p[m + "norm.gamma"])  # fmt: skip
+
     full = np.concatenate([tokens, labels[:, -1:]], axis=1)  # t_0 .. t_T
-    losses = []
-    for k in range(1, depth + 1):
-        m = f"mtp.layers.{k - 1}."
-        n = seq - k  # positions 0 .. T - k - 1 have a token k + 1 ahead
-        embedded = p["emb.table"][full[:, k : k + n]]  # Emb(t_{i+k})
-        joined = np.concatenate(
-            [
-                rmsnorm(embedded, p[m + "enorm.gamma"], EPS),
-                rmsnorm(h[:, :n], p[m + "hnorm.gamma"], EPS),
-            ],
-            axis=-1,
-        )
-        h = joined @ p[m + "eh_proj.weight"]
-        h = ref.run_graph(plan, plan.mtp.setting.layer, h, p, m + "block.", None, ctx, aux)
-        logits = rmsnorm(h, p[m + "norm.gamma"], EPS) @ p["logits.weight"]
-        losses.append(cross_entropy(logits, full[:, k + 1 : k + 1 + n]))
+    modules = [module(k) for k in range(depth)]
+    losses = module_losses(h, full, p["emb.table"], p["logits.weight"], modules)
     mean = sum(losses) / depth
     return main + weight * mean + sum(aux), mean
 

@@ -194,6 +194,10 @@ class Plan(Placement):
         for rep in self.repeats:
             for node, name, shape in self.op_buffers(rep.layer):
                 out |= {f"{rep.layer}.{c}.{node.name}.{name}": shape for c in range(rep.count)}
+        if self.mtp is not None:  # each module's block: a copy of its layer's
+            for node, name, shape in self.op_buffers(self.mtp.setting.layer):
+                depth = range(self.mtp.setting.depth)
+                out |= {f"{MTP_PREFIX}.{k}.block.{node.name}.{name}": shape for k in depth}
         return out
 
     # fusion -------------------------------------------------------------------

@@ -15,8 +15,10 @@ from msgen.diagnostics import printable
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
 # what train.py saves beside parameters and moments (the step counters, the loss scale,
-# the moe layers' auxiliary-loss total: model.py's AuxLosses, zeroed before each step)
-STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter", "add_aux.total")
+# the moe layers' auxiliary-loss total: model.py's AuxLosses, and the multi-token
+# prediction modules' loss total: its MultiTokenPrediction; both zeroed before each step)
+STATE = ("global_step", "step", "loss_scale.value", "loss_scale.counter", "add_aux.total",
+         "mtp.total")  # fmt: skip
 
 
 def spec_params(result) -> dict[str, tuple[int, ...]]:

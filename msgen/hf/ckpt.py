@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from msgen.analysis.mtp import setting
 from msgen.base.readers import BadInput, Dict, Obj, Str, load_json
 from msgen.base.status import EXIT_OK, UsageError
 from msgen.ckpt.command import whole_checkpoint
@@ -38,7 +39,7 @@ from msgen.ckpt.transform import load
 from msgen.diagnostics import printable
 from msgen.hf.config import HfModel, model_of, read_config
 from msgen.hf.fp8 import dequantized_config, hf_tensors, quantization_of
-from msgen.hf.layout import hf_names, hf_shapes, msgen_shapes, to_hf, to_msgen
+from msgen.hf.layout import check_copies, hf_names, hf_shapes, msgen_shapes, to_hf, to_msgen
 from msgen.hf.tensors import encode, from_float32, read_header
 
 SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size
@@ -101,8 +102,16 @@ def from_hf(result, options: CkptOptions) -> int:
     headers = {path: read_header(path) for path in set(files.values())}
     absent = [n for n in hf_names(model) if n not in headers.get(files.get(n), ({},))[0]]
     if absent:
+        layer = absent[0].removeprefix("model.layers.").split(".")[0]
+        why = "another model?"
+        if model.mtp and layer.isdigit() and int(layer) >= model.layers:
+            why = (
+                f"config.json's num_nextn_predict_layers = {model.mtp} names multi-token "
+                "prediction layers the checkpoint does not hold, as a model transformers "
+                "saved does not; set it to 0 to convert the main model"
+            )
         raise UsageError(
-            f"{printable(absent[0])} is not in {printable(str(options.source))} (another model?)"
+            f"{printable(absent[0])} is not in {printable(str(options.source))} ({why})"
         )
     entries = {name: headers[files[name]][0][name] for name in hf_names(model)}
     shapes = {name: e.shape for name, e in entries.items()}
@@ -120,6 +129,8 @@ def from_hf(result, options: CkptOptions) -> int:
     reader = hf_tensors(quantization, named, files, headers, hf_names(model))
     load = reader.load
     dtypes = {n: reader.written_as(n, e.dtype, model.dtype) for n, e in entries.items()}
+
+    check_copies(model, load)  # the tied copies, before anything is written
 
     dtype = {"fp32": ms.float32, "bf16": ms.bfloat16, "fp16": ms.float16}
     param = dtype[result.spec.model.param_dtype.value]
@@ -224,11 +235,25 @@ def _source(path: Path) -> dict:
 
 
 def _same_layers(model: HfModel, result, where: str) -> None:
-    """The config's layer count is the spec's: checked before its tensors are named
-    (a config of 10^8 layers is not enumerated)."""
+    """The config's layer count, and its multi-token prediction layers' count, are the
+    spec's (its layers, its train.mtp depth): checked before its tensors are named (a
+    config of 10^8 layers is not enumerated)."""
     layers = result.spec.model.dims.get("layers")
     if model.layers != layers:
         raise UsageError(f"{where} is not the spec's model: {model.layers} layers, not {layers}")
+    chosen = setting(result.spec)
+    depth = 0 if chosen is None else chosen.depth
+    if model.mtp != depth:
+        fix = (
+            f"write `mtp = mtp(depth = {model.mtp})` in the spec's train block, or set "
+            "num_nextn_predict_layers to 0 in config.json to convert the main model only"
+            if model.mtp
+            else "the checkpoint holds no multi-token prediction layer to start them from"
+        )
+        raise UsageError(
+            f"{where} is not the spec's model: num_nextn_predict_layers = {model.mtp}, "
+            f"the spec's train.mtp has {depth} modules ({fix})"
+        )
 
 
 def _same_model(model: HfModel, result, where: str) -> None:

@@ -106,6 +106,7 @@ class HfModel:
     qk_norm: bool = False  # Qwen3's RMSNorm of each head of q and k
     moe: HfMoe | None = None  # the experts, and which layers have them
     mla: HfMla | None = None  # DeepSeek's latent attention (msgen.hf.deepseek)
+    mtp: int = 0  # DeepSeek-V3's multi-token prediction layers (num_nextn_predict_layers)
 
     @property
     def untied(self) -> bool:
@@ -389,6 +390,7 @@ def _model(config: dict, family: str) -> HfModel:
     moe = moe_of(config, family, layers) if family in MOE_KEYS else None
     if mla is not None:
         moe = deepseek.moe_of(config, family, layers)
+    mtp = deepseek.mtp_of(config, family, layers) if mla is not None else 0
     if moe is not None and moe.aux_coef and not config.get("output_router_logits", False):
         notes += (
             "router_aux_loss_coef is trained with (transformers adds it to the loss only "
@@ -423,4 +425,5 @@ def _model(config: dict, family: str) -> HfModel:
         qk_norm=qk_norm,
         moe=moe,
         mla=mla,
+        mtp=mtp,
     )

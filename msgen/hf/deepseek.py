@@ -23,6 +23,10 @@ What transformers 4.57 runs, whatever else the config says:
 - Neither adds an auxiliary loss to the loss (`aux_loss_alpha`, `seq_aux` are not
   read), so the imported spec has none.
 - Shared experts: one MLP of width `moe_intermediate_size * n_shared_experts`, no gate.
+- `num_nextn_predict_layers` is not read (transformers builds no multi-token
+  prediction layer and skips layer 61's tensors on load); DeepSeek's checkpoints hold
+  that many layers after the main ones, which msgen imports as `train.mtp`'s modules
+  (absent: 0, what a checkpoint transformers saved holds).
 """
 
 from __future__ import annotations
@@ -253,3 +257,19 @@ def moe_of(config: dict, family: str, layers: int) -> HfMoe | None:
         shared_sigmoid=False,
         routing=routing_of(config, family, experts),
     )
+
+
+def mtp_of(config: dict, family: str, layers: int) -> int:
+    """The multi-token prediction layers a DeepSeek checkpoint holds after its main
+    layers. Each is a decoder layer of index num_hidden_layers + i, with experts by
+    first_k_dense_replace as any layer; msgen's modules run a copy of the last main
+    layer's kind, so a module layer of another sort is refused."""
+    depth = config.get("num_nextn_predict_layers") or 0
+    first = get(config, family, "first_k_dense_replace")
+    if depth and layers <= first < layers + depth:  # layer `first` has experts, L - 1 not
+        raise DeepseekError(
+            f"first_k_dense_replace = {first} gives the multi-token prediction layers "
+            f"another kind than the last of the {layers} main layers: msgen's mtp runs "
+            "a copy of a main layer's kind"
+        )
+    return depth

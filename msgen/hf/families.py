@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msgen.hf.mapping import COPY, QKV_BIAS, QKV_WEIGHT, TRANSPOSE, Weight, experts, linear
+from msgen.hf.mapping import (
+    COPY,
+    QKV_BIAS,
+    QKV_WEIGHT,
+    TRANSPOSE,
+    Weight,
+    experts,
+    linear,
+    tied_copy,
+)
 
 
 @dataclass(frozen=True)
@@ -21,13 +30,17 @@ class Family:
     attention: tuple[Weight, ...]  # every layer's: norms, attention
     dense: tuple[Weight, ...]  # a dense layer's MLP
     sparse: tuple[Weight, ...] = ()  # a sparse layer's router and experts
+    # a multi-token prediction layer's own rows and tied copies beside its block, whose
+    # rows are a main layer's (msgen.hf.layout)
+    mtp: tuple[Weight, ...] = ()
 
 
 # the model's own, outside the layers
-EMBEDDING = (Weight(("model.embed_tokens.weight",), "emb.table", COPY, (("vocab", "hidden"),)),)
+TABLE, OUTPUT = "emb.table", "logits.weight"  # the embedding's and the output layer's
+EMBEDDING = (Weight(("model.embed_tokens.weight",), TABLE, COPY, (("vocab", "hidden"),)),)
 HEAD = (
     Weight(("model.norm.weight",), "norm.gamma", COPY, (("hidden",),)),
-    Weight(("lm_head.weight",), "logits.weight", TRANSPOSE, (("vocab", "hidden"),), "untied"),
+    Weight(("lm_head.weight",), OUTPUT, TRANSPOSE, (("vocab", "hidden"),), "untied"),
 )
 
 _QKV = tuple(f"self_attn.{p}_proj" for p in "qkv")
@@ -135,6 +148,24 @@ DEEPSEEK_EXPERTS = (
     ),
 )
 
+# DeepSeek-V3's multi-token prediction layer i, model.layers.{num_hidden_layers + i} in
+# its checkpoint (DeepSeek-V3's README_WEIGHTS.md; vLLM's deepseek_mtp.py reads the same
+# names), msgen's mtp.layers.{i} (msgen.analysis.mtp): enorm (the next token's
+# embedding's norm), hnorm (the hidden state's), eh_proj [hidden, 2 hidden] over
+# [enorm(embedding); hnorm(h)], embedding first in both, a decoder block,
+# shared_head.norm; and embed_tokens and shared_head.head, copies of the main model's
+# embedding and output layer, which the module shares.
+DEEPSEEK_MTP = (
+    Weight(("enorm.weight",), "enorm.gamma", COPY, (("hidden",),)),
+    Weight(("hnorm.weight",), "hnorm.gamma", COPY, (("hidden",),)),
+    Weight(("eh_proj.weight",), "eh_proj.weight", TRANSPOSE, (("hidden", "eh_in"),)),
+    Weight(("shared_head.norm.weight",), "norm.gamma", COPY, (("hidden",),)),
+    tied_copy("embed_tokens.weight", TABLE, COPY, ("vocab", "hidden")),
+    tied_copy("shared_head.head.weight", OUTPUT, TRANSPOSE, ("vocab", "hidden"), "untied"),
+    # a tied model's output layer is the embedding table
+    tied_copy("shared_head.head.weight", TABLE, COPY, ("vocab", "hidden"), "tied"),
+)
+
 TABLES = {
     "llama": Family(ATTENTION, MLP),
     "qwen2": Family(ATTENTION, MLP),
@@ -143,6 +174,6 @@ TABLES = {
     "mixtral": Family(ATTENTION, MLP, MIXTRAL_EXPERTS),
     "qwen3_moe": Family(ATTENTION + QK_NORMS, MLP, QWEN_EXPERTS),
     "qwen2_moe": Family(ATTENTION, MLP, QWEN2_EXPERTS),
-    "deepseek_v2": Family(MLA, MLP, DEEPSEEK_EXPERTS),
-    "deepseek_v3": Family(MLA, MLP, DEEPSEEK_EXPERTS),
+    "deepseek_v2": Family(MLA, MLP, DEEPSEEK_EXPERTS, DEEPSEEK_MTP),
+    "deepseek_v3": Family(MLA, MLP, DEEPSEEK_EXPERTS, DEEPSEEK_MTP),
 }

@@ -10,6 +10,10 @@ and one `qkv` here, laid out per kv group (its query heads, then its k head, the
 v head), the order repeat_kv pairs them in: query head h uses kv head
 h // (heads / kv_heads). Both rotate half for RoPE, so no permutation of q or k.
 Experts are one module each there and one stacked tensor here, [experts, in, out].
+A tied copy is a tensor the checkpoint holds twice under two names (DeepSeek-V3's
+multi-token prediction layer keeps copies of the embedding and the output layer):
+msgen holds one parameter, the row's `path`, checked equal to the copy on import and
+written out as the copy on export.
 Dtypes are not the map's: every map moves fp32 arrays, and the checkpoint writers
 give each tensor back its source dtype (msgen.hf.ckpt, source.json).
 
@@ -37,6 +41,8 @@ _DIMS = {
     "kv_a_out": lambda m: m.mla.kv_lora_rank + m.mla.rope,
     "kv_b_out": lambda m: m.heads * (m.mla.nope + m.mla.v),
     "o_in": lambda m: m.heads * m.mla.v,
+    # a multi-token prediction module's eh_proj reads [embedding; hidden state]
+    "eh_in": lambda m: 2 * m.hidden,
 }
 
 
@@ -141,13 +147,16 @@ class Weight:
     """One row of a family's table: the Hugging Face tensor names under the layer's
     prefix (`{e}` runs over the experts), the msgen parameter under the layer's path,
     the map between them, each Hugging Face tensor's shape as dims (HfModel's, or
-    `experts`, `moe_ffn`), and the HfModel flag that says the weight exists."""
+    `experts`, `moe_ffn`), and the HfModel flag that says the weight exists. A tied
+    row (`tied`) is a copy: its `path` is a parameter of the model's own (not under
+    the layer's path) that the Hugging Face tensor equals through `map`."""
 
     hf: tuple[str, ...]
     path: str
     map: Map
     shapes: tuple[tuple[str, ...], ...]
     when: str | None = None
+    tied: bool = False
 
     def present(self, m: HfModel) -> bool:
         return self.when is None or bool(getattr(m, self.when))
@@ -184,3 +193,9 @@ def experts(names: tuple[str, str, str], path: str) -> tuple[Weight, ...]:
         Weight((up,), f"{path}.up", STACKED, (("moe_ffn", "hidden"),)),
         Weight((down,), f"{path}.down", STACKED, (("hidden", "moe_ffn"),)),
     )
+
+
+def tied_copy(hf: str, path: str, map: Map, shape: tuple[str, ...], when: str | None = None):
+    """A row for a Hugging Face tensor that is a copy of the model's parameter `path`
+    (msgen.hf.layout checks the copy on import and writes it on export)."""
+    return Weight((hf,), path, map, (shape,), when, tied=True)

@@ -135,6 +135,18 @@ def _nodes(setup: Setup) -> str:
     return "[" + ", ".join(f'"{PLACEHOLDER_NODES}{i + 1}"' for i in range(count)) + "]"
 
 
+# the loss weight of imported multi-token prediction modules: DeepSeek-V3's for the
+# last 4.8T of its 14.8T tokens (0.3 before; arXiv 2412.19437, section 4.2), which
+# continued pre-training of its weights carries on, and Megatron-LM's default
+MTP_WEIGHT = 0.1
+
+
+def _mtp(m: HfModel) -> str:
+    """The train block's `mtp` line for the checkpoint's multi-token prediction layers:
+    each module runs a copy of the network's last layer kind (the default `layer`)."""
+    return f"    mtp          = mtp(depth = {m.mtp}, weight = {MTP_WEIGHT})\n" if m.mtp else ""
+
+
 def spec_text(m: HfModel, setup: Setup, source: str) -> str:
     """The spec for `m` run as `setup`, unformatted; `source` names the config."""
     head_dim = "hidden / heads" if m.head_dim_is_derived else str(m.head_dim)
@@ -157,7 +169,10 @@ def spec_text(m: HfModel, setup: Setup, source: str) -> str:
     per_node = min(setup.devices, setup.per_node)
     micro_batches = setup.global_batch // setup.dp
     ep = "    ep = 1\n" if m.moe is not None else ""
-    return f"""# {setup.name}: imported from {source} ({m.family} family, {m.params:,} parameters).
+    counted = f"{m.params:,} parameters"
+    if m.mtp:  # transformers' count, which has no multi-token prediction layer
+        counted += f" without its {m.mtp} multi-token prediction layer{'s' if m.mtp > 1 else ''}"
+    return f"""# {setup.name}: imported from {source} ({m.family} family, {counted}).
 # The cluster addresses are placeholders until you name your servers.
 msl 0.1
 
@@ -205,5 +220,5 @@ train {{
     grad_clip    = 1.0
     checkpoint   = every 1000 keep 3
     seed         = 1234
-}}
+{_mtp(m)}}}
 """
