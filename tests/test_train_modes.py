@@ -1,0 +1,176 @@
+"""Training modes (msgen/emit/modes.py): the mode chosen once from the plan, each
+concern's choices interchangeable, and one gradient-equivalence test per mode of the
+step that one process runs.
+
+A mode is (wiring, reducer, loss scale, micro-batch cell). The step of each mode that one
+CPU process can run is built by the generated `build()` (stand-alone, or `--rehearse`'s
+cells: GradReducer reading the gradients where RehearsedMirror leaves them, as the
+parallel pass would) and takes one step on test_rehearsal.py's tiny spec (dp 1 x tp 2,
+grad_clip 1.0, AdamW lr 1e-2 at step 0 after a 1-step warmup, weight decay 0.1).
+
+The oracle is the gradient of the step's mean loss taken directly: the bare network on the
+whole step batch, differentiated by MindSpore with no loss scale, no micro-batches and no
+reducer (`ms.value_and_grad`), in float64 from there on. The step must give
+- the gradient norm it logs and clips with: the oracle's norm;
+- the gradient the optimizer received, read back from AdamW's first moments, which after
+  one step are exactly (1 - beta1) * g (and the second (1 - beta2) * g^2): the oracle
+  gradient times the clip factor min(GRAD_CLIP / (norm + 1e-6), 1);
+- the updated parameters: AdamW's published first step (Loshchilov and Hutter), written
+  here in numpy from that gradient.
+Tolerances: the step runs in fp32, summing micro-batches in another order than the
+oracle's one batch; the loss scales are powers of two or 1/2 (exact in fp32), so the
+step's gradients differ from the oracle's by fp32 rounding, about 1e-7 relative per
+operation over a few hundred terms: rtol 1e-4 on gradients and norms, and an atol of
+1e-5 of the largest gradient for entries near zero. AdamW's first step moves each weight
+by lr * g / (|g| + eps), which for an entry with |g| near eps = 1e-8 is sensitive to its
+rounding, so parameters are compared with atol lr * 1e-3.
+
+The data-parallel mode (reducer `replicas`: nn.DistributedGradReducer and the loss's
+mean over the replicas) needs two processes: tests/test_multirank.py trains it under
+msrun against the stand-alone run (slow).
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+
+import numpy as np
+import pytest
+
+from msgen.emit.modes import CONCERNS, LOSS_SCALES, REDUCERS, WIRINGS, TrainMode
+from tests.emit_fixtures import compile_spec, load
+from tests.test_rehearsal import write_spec
+
+BETA1, BETA2, ADAM_EPS, LR, WEIGHT_DECAY, GRAD_CLIP = 0.9, 0.95, 1e-8, 1e-2, 0.1, 1.0
+
+# mode -> (zero, pp, micro_batches, loss_scale) of test_rehearsal.py's spec, and
+# whether the step is the rehearsal's (the reducer a rank builds) or the stand-alone one
+MODES = {
+    # semi-auto, one micro-batch, one stage: no reducer; a fixed scale of 1024
+    "none-static-GradAccumulation": ((0, 1, 1, "1024"), True),
+    # semi-auto gradient accumulation, zero 1: gradients from the mirrors and accu_grads
+    "accumulated-none-GradAccumulation": ((1, 1, 2, "none"), True),
+    # semi-auto pipeline of 2 stages, zero 1, dynamic loss scale
+    "accumulated-dynamic-Pipeline": ((1, 2, 2, "dynamic"), True),
+    # what --standalone runs of any tree: the logical model, no reducer
+    "standalone-static-GradAccumulation": ((0, 1, 2, "0.5"), False),
+}
+FAST = {"accumulated-dynamic-Pipeline"}
+
+
+def test_the_mode_is_chosen_once_from_the_mesh():
+    of = TrainMode.of
+    assert of(False, 1, 2, "dynamic") == TrainMode(
+        "data_parallel", "replicas", "dynamic", "GradAccumulation"
+    )
+    assert of(True, 1, 1, "none") == TrainMode("semi_auto", "none", "none", "GradAccumulation")
+    assert of(True, 1, 2, "static").reducer == "accumulated"
+    assert of(True, 2, 2, "none") == TrainMode("semi_auto", "accumulated", "none", "Pipeline")
+    assert of(True, 2, 2, "none").template("reducer") == "train/reducer/accumulated.py.j2"
+    with pytest.raises(ValueError, match="does not go with"):
+        TrainMode("data_parallel", "accumulated", "none", "GradAccumulation")
+    with pytest.raises(ValueError, match="loss_scale 'fixed' is none of"):
+        TrainMode("semi_auto", "none", "fixed", "GradAccumulation")
+    with pytest.raises(ValueError, match="no concern"):
+        of(True, 1, 1, "none").template("schedule")
+
+
+# what a choice's template shares with another, not a hook
+HELPERS = {"factor_init", "static"}
+
+
+def test_each_concerns_choices_define_the_same_hooks():
+    """train.py.j2 calls a concern's hooks whatever the choice: a hook one choice lacks
+    would fail only the trees of that choice."""
+    from msgen.resources import template
+
+    for concern, choices in zip(CONCERNS, (WIRINGS, REDUCERS, LOSS_SCALES), strict=True):
+        hooks = {
+            choice: {
+                name
+                for name in dir(template(f"train/{concern}/{choice}.py.j2").module)
+                if not name.startswith("_")
+            }
+            for choice in choices
+        }
+        every = set.union(*hooks.values()) - HELPERS
+        assert len(every) > 5
+        for choice, names in hooks.items():
+            assert not every - names, f"{concern} {choice} lacks {sorted(every - names)}"
+
+
+def adamw_first_step(p: np.ndarray, g: np.ndarray, decay: bool) -> np.ndarray:
+    """One AdamW step from zero moments at t = 1 (torch.optim.AdamW's rule)."""
+    m_hat = (1 - BETA1) * g / (1 - BETA1)
+    v_hat = (1 - BETA2) * g * g / (1 - BETA2)
+    wd = WEIGHT_DECAY if decay else 0.0
+    return p * (1 - LR * wd) - LR * m_hat / (np.sqrt(v_hat) + ADAM_EPS)
+
+
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=() if m in FAST else pytest.mark.slow) for m in MODES]
+)
+def test_a_modes_step_takes_the_gradient_of_the_mean_loss(mode, tmp_path):
+    import mindspore as ms
+
+    (zero, pp, micro_batches, loss_scale), rehearse = MODES[mode]
+    folder = compile_spec(
+        write_spec(tmp_path, zero, pp, micro_batches, loss_scale), tmp_path / "out"
+    )
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    train = load(folder, "train")
+    assert (train.LR, train.GRAD_CLIP, train.WARMUP) == (LR, GRAD_CLIP, 1)
+    ms.set_seed(train.SEED)
+    built = train.build(False, rehearse)
+    reducer, scale, cell = mode.split("-")
+    # the cells the mode chose
+    assert type(built.step_cell.network).__name__ == cell
+    want_reducer = {"accumulated": "GradReducer"}.get(reducer) if rehearse else None
+    found = getattr(built.step_cell, "reducer", None)
+    assert (type(found).__name__ if found is not None else None) == want_reducer
+    assert hasattr(built.step_cell, "scaler") == (loss_scale == "dynamic")
+
+    tokens, labels = next(train.synthetic_batches(1, 0, 0))
+    weights = built.optimizer.parameters
+    before = {p.name: p.asnumpy().astype(np.float64) for p in weights}
+    value_and_grad = ms.value_and_grad(built.network, grad_position=None, weights=weights)
+    mean_loss, grads = value_and_grad(ms.Tensor(tokens), ms.Tensor(labels))
+    oracle = {p.name: g.asnumpy().astype(np.float64) for p, g in zip(weights, grads)}
+    norm = float(np.sqrt(sum((g**2).sum() for g in oracle.values())))
+    clip = min(GRAD_CLIP / (norm + 1e-6), 1.0)
+    biggest = max(float(np.abs(g).max()) for g in oracle.values())
+
+    loss, step_norm, lr, skipped = built.step_cell(ms.Tensor(tokens), ms.Tensor(labels))
+    assert int(skipped.asnumpy()) == 0
+    assert lr.asnumpy().item() == pytest.approx(LR)
+    assert float(loss.asnumpy()) / micro_batches == pytest.approx(
+        float(mean_loss.asnumpy()), rel=1e-5
+    )
+    assert step_norm.asnumpy().item() == pytest.approx(norm, rel=1e-4)
+
+    state = {p.name: p.asnumpy().astype(np.float64) for p in built.optimizer.get_parameters()}
+    no_decay = train.NO_WEIGHT_DECAY  # which weights decay is not this test's question
+    for name, g in oracle.items():
+        received = g * clip
+        np.testing.assert_allclose(
+            state[f"adam_m.{name}"] / (1 - BETA1),
+            received,
+            rtol=1e-4,
+            atol=1e-5 * biggest,
+            err_msg=f"{mode}: the gradient the optimizer received for {name}",
+        )
+        np.testing.assert_allclose(
+            state[f"adam_v.{name}"] / (1 - BETA2),
+            received**2,
+            rtol=1e-3,
+            atol=(1e-5 * biggest) ** 2,
+            err_msg=f"{mode}: its square for {name}",
+        )
+        decay = not any(fnmatch(name, pattern) for pattern in no_decay)
+        np.testing.assert_allclose(
+            state[name],
+            adamw_first_step(before[name], received, decay),
+            rtol=0,
+            atol=LR * 1e-3,
+            err_msg=f"{mode}: the updated {name}",
+        )
