@@ -33,6 +33,7 @@ msrun against the stand-alone run (slow).
 from __future__ import annotations
 
 from fnmatch import fnmatch
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -58,8 +59,18 @@ MODES = {
 FAST = {"accumulated-dynamic-Pipeline"}
 
 
+def spec(semi_auto: bool, pp: int, micro_batches: int):
+    """What TrainMode.of reads of a checked spec (msgen.ir.models.Spec)."""
+    return SimpleNamespace(
+        semi_auto=semi_auto, mesh=SimpleNamespace(pp=pp), micro_batches=micro_batches
+    )
+
+
 def test_the_mode_is_chosen_once_from_the_mesh():
-    of = TrainMode.of
+    def of(semi_auto, pp, micro_batches, loss_scale):
+        return TrainMode.of(spec(semi_auto, pp, micro_batches), loss_scale)
+
+    # data parallel: the micro-batches' sum is one graph, averaged over the replicas
     assert of(False, 1, 2, "dynamic") == TrainMode(
         "data_parallel", "replicas", "dynamic", "GradAccumulation"
     )

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgen.analysis.gradients import reads_accumulated
+
 WIRINGS = ("data_parallel", "semi_auto")
 REDUCERS = ("replicas", "accumulated", "none")
 LOSS_SCALES = ("none", "static", "dynamic")
@@ -46,22 +48,22 @@ class TrainMode:
             raise ValueError(f"reducer {self.reducer!r} does not go with {self.wiring!r}")
 
     @classmethod
-    def of(cls, semi_auto: bool, pp: int, micro_batches: int, loss_scale: str) -> TrainMode:
-        """The mode of a mesh (`Spec.semi_auto`, pp), its micro-batches and the loss
-        scale's kind (TrainSpec.loss_scale). A data-parallel step of several micro-batches
-        is one graph (GradAccumulation sums them), so only semi-auto parallel accumulates
-        in `accu_grads` (msgen/analysis/gradients.py, reads_accumulated)."""
-        if not semi_auto:
+    def of(cls, spec, loss_scale: str) -> TrainMode:
+        """The mode of a checked spec and its loss scale's kind (TrainSpec.loss_scale).
+        A data-parallel step of several micro-batches is one graph (GradAccumulation sums
+        them); semi-auto parallel accumulates in `accu_grads` where the analysis says
+        (msgen/analysis/gradients.py, reads_accumulated)."""
+        if not spec.semi_auto:
             reducer = "replicas"
-        elif pp > 1 or micro_batches > 1:
+        elif reads_accumulated(spec):
             reducer = "accumulated"
         else:
             reducer = "none"
         return cls(
-            wiring="semi_auto" if semi_auto else "data_parallel",
+            wiring="semi_auto" if spec.semi_auto else "data_parallel",
             reducer=reducer,
             loss_scale=loss_scale,
-            micro_cell="Pipeline" if pp > 1 else "GradAccumulation",
+            micro_cell="Pipeline" if spec.mesh.pp > 1 else "GradAccumulation",
         )
 
     def template(self, concern: str) -> str:
