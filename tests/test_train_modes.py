@@ -32,14 +32,18 @@ msrun against the stand-alone run (slow).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import sys
 from fnmatch import fnmatch
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from msgen.emit.modes import CONCERNS, LOSS_SCALES, REDUCERS, WIRINGS, TrainMode
-from tests.emit_fixtures import compile_spec, load
+from tests.emit_fixtures import compile_spec
 from tests.test_rehearsal import write_spec
 
 BETA1, BETA2, ADAM_EPS, LR, WEIGHT_DECAY, GRAD_CLIP = 0.9, 0.95, 1e-8, 1e-2, 0.1, 1.0
@@ -49,12 +53,13 @@ BETA1, BETA2, ADAM_EPS, LR, WEIGHT_DECAY, GRAD_CLIP = 0.9, 0.95, 1e-8, 1e-2, 0.1
 MODES = {
     # semi-auto, one micro-batch, one stage: no reducer; a fixed scale of 1024
     "none-static-GradAccumulation": ((0, 1, 1, "1024"), True),
-    # semi-auto gradient accumulation, zero 1: gradients from the mirrors and accu_grads
-    "accumulated-none-GradAccumulation": ((1, 1, 2, "none"), True),
+    # semi-auto gradient accumulation, zero 1: gradients from the mirrors and accu_grads;
+    # a fixed scale of 1 / micro_batches, so the factor is exactly 1 (GradReducer's note)
+    "accumulated-static-GradAccumulation": ((1, 1, 2, "0.5"), True),
     # semi-auto pipeline of 2 stages, zero 1, dynamic loss scale
     "accumulated-dynamic-Pipeline": ((1, 2, 2, "dynamic"), True),
-    # what --standalone runs of any tree: the logical model, no reducer
-    "standalone-static-GradAccumulation": ((0, 1, 2, "0.5"), False),
+    # what --standalone runs of any tree: the logical model, no reducer, 2 micro-batches
+    "standalone-none-GradAccumulation": ((0, 1, 2, "none"), False),
 }
 FAST = {"accumulated-dynamic-Pipeline"}
 
@@ -110,6 +115,22 @@ def test_each_concerns_choices_define_the_same_hooks():
             assert not every - names, f"{concern} {choice} lacks {sorted(every - names)}"
 
 
+@contextlib.contextmanager
+def imported(folder: Path):
+    """folder/train.py imported as `train`, its model.py as `model`, for the test's span:
+    graph mode parses a cell's code through its module (sys.modules), as train.py runs."""
+    names = ("model", "train")
+    saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
+    sys.path.insert(0, str(folder))
+    try:
+        yield importlib.import_module("train")
+    finally:
+        sys.path.remove(str(folder))
+        for name in names:
+            sys.modules.pop(name, None)
+        sys.modules.update(saved)
+
+
 def adamw_first_step(p: np.ndarray, g: np.ndarray, decay: bool) -> np.ndarray:
     """One AdamW step from zero moments at t = 1 (torch.optim.AdamW's rule)."""
     m_hat = (1 - BETA1) * g / (1 - BETA1)
@@ -129,7 +150,13 @@ def test_a_modes_step_takes_the_gradient_of_the_mean_loss(mode, tmp_path):
         write_spec(tmp_path, zero, pp, micro_batches, loss_scale), tmp_path / "out"
     )
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    train = load(folder, "train")
+    with imported(folder) as train:
+        check_one_step(mode, train, rehearse, micro_batches, loss_scale)
+
+
+def check_one_step(mode, train, rehearse, micro_batches, loss_scale):
+    import mindspore as ms
+
     assert (train.LR, train.GRAD_CLIP, train.WARMUP) == (LR, GRAD_CLIP, 1)
     ms.set_seed(train.SEED)
     built = train.build(False, rehearse)
@@ -151,6 +178,7 @@ def test_a_modes_step_takes_the_gradient_of_the_mean_loss(mode, tmp_path):
     clip = min(GRAD_CLIP / (norm + 1e-6), 1.0)
     biggest = max(float(np.abs(g).max()) for g in oracle.values())
 
+    ms.set_context(mode=ms.GRAPH_MODE)  # the step as train.py runs it: one graph
     loss, step_norm, lr, skipped = built.step_cell(ms.Tensor(tokens), ms.Tensor(labels))
     assert int(skipped.asnumpy()) == 0
     assert lr.asnumpy().item() == pytest.approx(LR)
