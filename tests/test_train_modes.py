@@ -5,8 +5,9 @@ step that one process runs.
 A mode is (wiring, reducer, loss scale, micro-batch cell). The step of each mode that one
 CPU process can run is built by the generated `build()` (stand-alone, or `--rehearse`'s
 cells: GradReducer reading the gradients where RehearsedMirror leaves them, as the
-parallel pass would) and takes one step on test_rehearsal.py's tiny spec (dp 1 x tp 2,
-grad_clip 1.0, AdamW lr 1e-2 at step 0 after a 1-step warmup, weight decay 0.1).
+parallel pass would) and takes one step in graph mode, as train.py runs it, on
+test_rehearsal.py's tiny spec (dp 1 x tp 2) or, for the data-parallel tree,
+tests/specs/tiny_dp.msl (dp 2); both clip at 1.0 and decay by 0.1, without dropout.
 
 The oracle is the gradient of the step's mean loss taken directly: the bare network on the
 whole step batch, differentiated by MindSpore with no loss scale, no micro-batches and no
@@ -27,9 +28,9 @@ fp32 rounding of such a g moves by up to a few thousandths of lr: so the update 
 checked from the moments the step left (themselves checked against the oracle), to fp32
 rounding (rtol 1e-5, atol lr * 1e-4).
 
-The data-parallel mode (reducer `replicas`: nn.DistributedGradReducer and the loss's
+The data-parallel mode's reducer (`replicas`: nn.DistributedGradReducer and the loss's
 mean over the replicas) needs two processes: tests/test_multirank.py trains it under
-msrun against the stand-alone run (slow).
+msrun against the stand-alone run (slow); here its tree's step runs as --standalone does.
 """
 
 from __future__ import annotations
@@ -155,9 +156,13 @@ def test_a_modes_step_takes_the_gradient_of_the_mean_loss(mode, tmp_path):
     case, lr, rehearse = MODES[mode]
     spec = SPECS[case] if isinstance(case, str) else write_spec(tmp_path, *case)
     folder = compile_spec(spec, tmp_path / "out")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    with imported(folder) as train:
-        check_one_step(mode, train, lr, rehearse)
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)  # the oracle's; the step switches to graph mode
+    try:
+        with imported(folder) as train:
+            check_one_step(mode, train, lr, rehearse)
+    finally:
+        ms.set_context(mode=previous)
 
 
 def check_one_step(mode, train, want_lr, rehearse):
