@@ -9,6 +9,7 @@ from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.analysis.switches import switches
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
+from msgen.emit.modes import TrainMode
 from msgen.emit.mtp import mtp_spec
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
@@ -213,6 +214,7 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
     fusion, layer_fusion = fusion_tables(plan)
     budget, _ = budget_of(spec)
     mesh = RankMesh.of(spec)
+    train = train_spec(plan)
     return ModelContext(
         name=spec.model.name,
         spec_path=spec_path,
@@ -237,8 +239,8 @@ def build_context(plan: Plan, spec_path: str, compiled_with: tuple[str, ...] = (
         ),
         layers=tuple(layers),
         network=network,
-        train=train_spec(plan),
-        semi_auto=spec.semi_auto,
+        train=train,
+        mode=TrainMode.of(spec, train.loss_scale),
         chunks=plan.chunks,
         fusion=fusion,
         layer_fusion=layer_fusion,

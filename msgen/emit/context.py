@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from msgen.analysis.switches import Switches
 from msgen.checks.reserved import camel
+from msgen.emit.modes import TrainMode
 from msgen.ops import OPS
 from msgen.ops.base import Strategy
 
@@ -163,7 +164,7 @@ class ModelContext:
     layers: tuple[LayerSpec, ...]
     network: NetworkSpec
     train: TrainSpec
-    semi_auto: bool  # Spec.semi_auto
+    mode: TrainMode  # the step's wiring, reducer and loss scaling (msgen/emit/modes.py)
     chunks: int = 1  # interleaved: model chunks (pipeline segments) per stage
     # the device memory budget as MindSpore's set_memory(max_size=...) takes it ("58GB");
     # the default is its own (all the device has)
@@ -236,13 +237,6 @@ class ModelContext:
         """On Ascend an accumulating network is compiled once instead of once per
         micro-batch."""
         return self.accumulates
-
-    @property
-    def data_parallel(self) -> bool:
-        """Only the batch is split (tp = pp = ep = 1, zero = 0): MindSpore's
-        data-parallel mode, which its CPU build also runs under msrun; anything else is
-        semi-auto."""
-        return not self.semi_auto
 
     def layer(self, name: str) -> LayerSpec:
         return next(layer for layer in self.layers if layer.name == name)
