@@ -31,7 +31,7 @@ ops/operations/array_ops.py `TopK`); all run on the CPU.
 
 from __future__ import annotations
 
-from math import ceil, prod
+from math import prod
 
 from msgen.ops import moe_costs as costs
 from msgen.ops import moe_routing as routing
@@ -51,17 +51,8 @@ from msgen.ops.base import (
     replace_last,
 )
 from msgen.ops.linear import without
-from msgen.ops.moe_rows import (
-    devices,
-    effective,
-    expert_rows,
-    expert_split,
-    imbalance,
-    maps_source,
-    named,
-    split_error,
-    tokens,
-)
+from msgen.ops.moe_geometry import MoeGeometry, devices
+from msgen.ops.moe_rows import effective, expert_split, maps_source, named, split_error
 
 # The stacked experts' and shared experts' matrices, per activation, and the dim
 # of each split over tp ("in": the ffn dim is the input, row parallel).
@@ -299,10 +290,7 @@ class Moe(OpDef):
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
-        rows = expert_rows(node, tokens(node, x.shape), ctx)
-        if dropless:
-            rows = ceil(rows * imbalance(node))
-        moved = rows * x.shape[-1]
+        moved = MoeGeometry.of(node, x.shape, ctx).moved
         if not dropless:
             collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
         else:
