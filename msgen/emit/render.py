@@ -12,7 +12,7 @@ from msgen.emit import opcode
 from msgen.emit.context import ModelContext
 from msgen.emit.imports import model_imports
 from msgen.emit.layout import format_python
-from msgen.ops import OPS
+from msgen.emit.ops import EMITTERS
 from msgen.resources import template
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -30,15 +30,15 @@ SHARED_SOURCES = ("rope_frequencies",)
 
 def _helper_cells(ctx: ModelContext, helpers: frozenset[str], mtp_aux: bool) -> list[str]:
     """The helper cells the model's code uses, each from its op's fragment in
-    templates/ops/, rendered with the values its op gives (`OpDef.helper_values`);
+    templates/ops/, rendered with the values its emitter gives (`OpEmitter.helper_values`);
     then multi-token prediction's, whose block may thread auxiliary losses."""
     ops = ctx.ops()
     cells, carried = [], set()
-    for kind, opdef in OPS.items():
-        for helper in opdef.helpers:
+    for kind, emitter in EMITTERS.items():
+        for helper in emitter.helpers:
             if helper not in helpers:
                 continue
-            values = opdef.helper_values([op for op in ops if op.kind == kind])
+            values = emitter.helper_values([op for op in ops if op.kind == kind])
             for key in SHARED_SOURCES:
                 if values.get(key) in carried:
                     values[key] = ""  # an earlier fragment defines it

@@ -12,8 +12,6 @@ as transformers does (msgen.ops.rope_scaling); it changes no shape, memory or FL
 
 from __future__ import annotations
 
-import json
-
 from msgen.ops.attention_geometry import AttentionGeometry
 from msgen.ops.base import (
     Arg,
@@ -22,13 +20,12 @@ from msgen.ops.base import (
     OpError,
     Param,
     Saved,
-    Snippet,
     Work,
     out_declared,
     tensor_bytes,
 )
 from msgen.ops.linear import without
-from msgen.ops.rope_scaling import ScalingError, resolved, scaled_rope_values
+from msgen.ops.rope_scaling import ScalingError, resolved
 
 
 def window_cells(seq: int, window: int) -> int:
@@ -47,16 +44,6 @@ def check_scaling(node) -> None:
         resolved(form.name, form.args)
     except ScalingError as e:
         raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
-
-
-def scaling_source(items) -> str:
-    """The scaling's items (`rope_scaling(node)`) as a Python dict literal, strings in
-    black's double quotes: the generated cell's `rope_scaling` argument."""
-
-    def py(value) -> str:
-        return json.dumps(value) if isinstance(value, str) else repr(value)
-
-    return "{" + ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in items) + "}"
 
 
 def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
@@ -85,7 +72,6 @@ class Attention(OpDef):
         Arg("qk_norm", "bool", False),
     )
     composite = True
-    helpers = ("attention",)
     inits = {"q_norm": "ones", "k_norm": "ones"}
     imports = (
         "from functools import cache",
@@ -117,49 +103,6 @@ class Attention(OpDef):
             mask = ((1, 1),) if self.arg(node, "causal") else ()
             roles.append(("flash", (q, q, q) + mask))
         return tuple(roles)
-
-    def settings(self, node, ctx):
-        g = AttentionGeometry.of(node, ctx)
-        return {
-            "heads": g.heads,
-            "kv_heads": g.kv_heads,
-            "head_dim": g.head_dim,
-            "causal": self.arg(node, "causal"),
-            "rope": self.arg(node, "rope"),
-            "rope_theta": float(self.arg(node, "rope_theta")),
-            "rope_scaling": rope_scaling(node),
-            "window": node.args.get("window"),
-            "flash": self.arg(node, "flash"),
-            "p": float(self.arg(node, "dropout")),
-            "qk_norm": self.arg(node, "qk_norm"),
-        }
-
-    def helper_values(self, ops):
-        # One Attention cell serves the model: it takes `flash` when any op asks for it,
-        # builds dropout primitives when any op drops out, q/k norms when any has them,
-        # and carries the scaled frequencies' source when any scales rope.
-        return {
-            "flash": any(op.setting("flash") for op in ops),
-            "dropout": any(op.setting("p") > 0 for op in ops),
-            "qk_norm": any(op.setting("qk_norm") for op in ops),
-            "rope": any(op.setting("rope") for op in ops),
-        } | scaled_rope_values(ops)
-
-    def code(self, op, model):
-        (qkv,) = op.inputs
-        s = op.setting
-        extra = f", flash={op.strategy('flash')}" if s("flash") else ""
-        extra += ", qk_norm=True" if s("qk_norm") else ""
-        if s("rope_scaling"):
-            extra += f", rope_scaling={scaling_source(s('rope_scaling'))}"
-        extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
-        make = (
-            f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
-            f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
-            f"rope_theta={s('rope_theta')!r}, window={s('window')}, p={s('p')!r}, "
-            f"scores={op.strategy('scores')}{extra})"
-        )
-        return Snippet(make, f"self.{op.name}({qkv})", "attention")
 
     def shape(self, node, inputs, ctx):
         (qkv,) = inputs

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.ops.attention import rope_scaling, scaling_source
+from msgen.ops.attention import rope_scaling
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -44,7 +44,6 @@ from msgen.ops.base import (
     OpError,
     Param,
     Saved,
-    Snippet,
     Work,
     declared,
     factors,
@@ -55,7 +54,7 @@ from msgen.ops.base import (
 )
 from msgen.ops.linear import without
 from msgen.ops.mla_geometry import MlaGeometry
-from msgen.ops.rope_scaling import ScalingError, resolved, scaled_rope_values
+from msgen.ops.rope_scaling import ScalingError, resolved
 
 FP32 = 4
 # FlashAttentionScore's head size D: a multiple of 16, at most 512 (its 2.10 docstring,
@@ -96,7 +95,6 @@ class Mla(OpDef):
     )
     params = ("q", "q_a", "q_norm", "q_b", "kv_a", "kv_norm", "kv_b")
     composite = True
-    helpers = ("mla",)
     imports = (
         "from functools import cache",
         "import numpy as np",
@@ -299,7 +297,7 @@ class Mla(OpDef):
     def _matrices(self, node, hidden: int) -> list[tuple[int, int]]:
         return [s for s in self.param_shapes(node, [(hidden,)], None).values() if len(s) == 2]
 
-    # emission -----------------------------------------------------------------
+    # strategies ---------------------------------------------------------------
 
     def strategies(self, node, layout, ctx):
         """The projections' MatMuls over [tokens, in] (tokens split like batch), the
@@ -312,44 +310,3 @@ class Mla(OpDef):
                 w = factors(p.split, ctx)
                 roles.append((p.name, ((heads.batch_ways, w[0]), w)))
         return tuple(roles) + (("core", (heads.strategy,)),)
-
-    def settings(self, node, ctx):
-        g = MlaGeometry.of(node)
-        return {
-            "heads": g.heads,
-            "q_lora_rank": g.q,
-            "kv_lora_rank": g.kv,
-            "nope": g.nope,
-            "rope": g.rope,
-            "v_head_dim": g.v,
-            "rope_theta": float(self.arg(node, "rope_theta")),
-            "interleave": self.arg(node, "rope_interleave"),
-            "rope_scaling": rope_scaling(node),
-            "scale": softmax_scale(node),
-            "eps": float(self.arg(node, "eps")),
-            "flash": self.arg(node, "flash"),
-        }
-
-    def helper_values(self, ops):
-        # One MLA cell serves the model: flash when any op asks for it, and the scaled
-        # frequencies' source when any scales rope.
-        return {"flash": any(op.setting("flash") for op in ops)} | scaled_rope_values(ops)
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        s = op.setting
-        hidden = op.params[0].shape[0]
-        make = (
-            f"MLA({hidden}, heads={s('heads')}, q_lora_rank={s('q_lora_rank')}, "
-            f"kv_lora_rank={s('kv_lora_rank')}, nope={s('nope')}, rope={s('rope')}, "
-            f"v_head_dim={s('v_head_dim')}, seq={model.seq}, "
-            f"rope_theta={s('rope_theta')!r}, interleave={s('interleave')}, "
-            f"scale={s('scale')!r}, eps={s('eps')!r}"
-        )
-        for role, strategy in op.strategies:
-            make += f", {role}={strategy}"
-        if s("rope_scaling"):
-            make += f", rope_scaling={scaling_source(s('rope_scaling'))}"
-        if s("flash"):
-            make += ", flash=True"
-        return Snippet(make + ")", f"self.{op.name}({x})", "mla")

@@ -42,7 +42,6 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Param,
-    Snippet,
     declared,
     factors,
     lead,
@@ -51,8 +50,8 @@ from msgen.ops.base import (
     replace_last,
 )
 from msgen.ops.linear import without
-from msgen.ops.moe_geometry import MoeGeometry, devices
-from msgen.ops.moe_rows import effective, expert_split, maps_source, named, split_error
+from msgen.ops.moe_geometry import MoeGeometry
+from msgen.ops.moe_rows import effective, expert_split, named, split_error
 
 # The stacked experts' and shared experts' matrices, per activation, and the dim
 # of each split over tp ("in": the ffn dim is the input, row parallel).
@@ -97,7 +96,6 @@ class Moe(OpDef):
         "shared_sigmoid",
     )
     composite = True
-    helpers = ("moe",)
     imports = (
         "import math",
         "from mindspore import Layout, Parameter, Tensor, nn, ops",
@@ -147,60 +145,13 @@ class Moe(OpDef):
             ("outer", (slots[:2] + (gate[2],), down)),
         )
 
-    def settings(self, node, ctx):
-        capacity = node.args.get("capacity")
-        return {
-            "experts": node.args["experts"],
-            "top_k": node.args["top_k"],
-            "ffn": node.args["ffn"],
-            "shared_ffn": self.arg(node, "shared_ffn"),
-            "gated": self.arg(node, "activation") == "swiglu",
-            **routing.settings(node),
-            "capacity": None if capacity is None else float(capacity),
-            "by_position": self.arg(node, "drop") == "position",
-            "permute": capacity is None,
-            # the Layouts' devices: the capacity path's always (its groups are dp),
-            # the dropless region's under semi-auto
-            "devices": devices(ctx) if capacity is not None or ctx.semi_auto else None,
-            "aux_loss": float(self.arg(node, "aux_loss")),
-            "z_loss": float(self.arg(node, "z_loss")),
-        }
-
-    def helper_values(self, ops):
-        # The MoE cell has the permuting dispatcher when some op of the model permutes.
-        # update_expert_bias when some moe op of the model has a correction bias
-        return {
-            "permute": any(op.setting("permute") for op in ops),
-            "biased": any(op.setting("bias_rate") is not None for op in ops),
-        }
+    def dropless(self, node) -> bool:
+        """No capacity: every routed copy computed, by the permuting dispatcher (under
+        semi-auto a Morph region), whose ep exchanges hand their counts to the host."""
+        return node.args.get("capacity") is None
 
     def buffers(self, node) -> dict[str, tuple[int, ...]]:
         return routing.buffers(node)
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        s = op.setting
-        hidden = op.params[0].shape[0]
-        make = (
-            f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
-            f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
-            f"capacity={s('capacity')!r}, by_position={s('by_position')}"
-        )
-        make += f", router={op.strategy('router')}"
-        shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
-        make += "".join(f", {role}={split}" for role, split in shared)
-        if s("capacity") is not None:
-            inner, outer = (maps_source(op.strategy(role)) for role in ("inner", "outer"))
-            make += f", inner={inner}, outer={outer}"
-        if s("devices"):
-            make += f", devices={s('devices')}"
-        make += routing.keywords(s)
-        aux = s("aux_loss") > 0 or s("z_loss") > 0 or s("seq_aux_loss") > 0
-        if aux:
-            make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
-        if s("seq_aux_loss") > 0:
-            make += f", seq_aux_loss={s('seq_aux_loss')!r}"
-        return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
 
     def active_params(self, node, params):
         """The router, the shared experts, and top_k of the experts (the published
