@@ -78,6 +78,20 @@ def test_the_devices_and_experts_per_rank_follow_megatrons_order():
     assert (g.groups, g.group_tokens, g.slots) == (8, 16, 4)
 
 
+def test_the_ffn_axes_tp_with_a_capacity_and_whole_experts_dropless():
+    """Expert tensor parallelism = tp (Megatron-LM's default) with a capacity: the
+    experts' ffn dim over tp; dropless each expert whole over tp (the Morph region hands
+    each tp rank tokens of its own), the shared experts still over tp; tp 1 splits
+    nothing."""
+    ctx = mesh(dp=8, ep=2, tp=4)
+    capacity = MoeGeometry.of(moe(ffn=32, capacity=1.0), (8, 16, 64), ctx)
+    dropless = MoeGeometry.of(moe(ffn=32), (8, 16, 64), ctx)
+    alone = MoeGeometry.of(moe(ffn=32, capacity=1.0), (8, 16, 64), mesh(dp=8, ep=2))
+    assert (capacity.tp_axes, capacity.expert_ffn_axes) == (("tp",), ("tp",))
+    assert (dropless.tp_axes, dropless.expert_ffn_axes) == (("tp",), ())
+    assert (alone.tp_axes, alone.expert_ffn_axes) == ((), ())
+
+
 def generated_slots():
     """The generated MoE cell's `slots` method, as templates/ops/moe_capacity.py.j2 writes
     it, compiled on its own (it reads only math and its cell's three settings)."""

@@ -215,7 +215,8 @@ class Moe(OpDef):
                 f"use an ep that divides {e} (and dp)",
             )
         shapes = self.param_shapes(node, [x.shape], ctx)
-        ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        g = MoeGeometry.of(node, x.shape, ctx)
+        ffn_axes = g.tp_axes
         dropless = node.args.get("capacity") is None
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
         for name, shape in shapes.items():
@@ -241,7 +242,7 @@ class Moe(OpDef):
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
-        moved = MoeGeometry.of(node, x.shape, ctx).moved
+        moved = g.moved
         if not dropless:
             collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
         else:
@@ -272,7 +273,7 @@ class Moe(OpDef):
         slices' input gradients are gathered (the shared experts' partial sum
         all-reduced)."""
         back = tuple(c for c in layout.collectives if c.kind == "AllToAll")
-        tp = tuple(a for a in ("tp",) if ctx.mesh_sizes.get(a, 1) > 1)
+        tp = MoeGeometry.of(node, inputs[0].shape, ctx).tp_axes
         if not tp:
             return back
         x = prod(inputs[0].shape)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from msgen.ops import moe_routing as routing
 from msgen.ops.base import Saved, Work, saved_operand, tensor_bytes
 from msgen.ops.moe_geometry import MoeGeometry
-from msgen.ops.moe_rows import expert_ffn_axes
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
@@ -33,8 +32,7 @@ def saves(op, node, inputs, output, ctx):
     g = MoeGeometry.of(node, x.shape, ctx)
     n, h, e, k, f, rows = g.tokens, g.hidden, g.experts, g.top_k, g.ffn, g.rows
     tok_split = (tuple(a for dim in lead for a in dim), ())
-    ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
-    expert_axes = expert_ffn_axes(node, ctx)
+    ffn_axes, expert_axes = g.tp_axes, g.expert_ffn_axes
     row_split = tok_split
     if expert_axes != ffn_axes and "tp" not in tok_split[0]:
         row_split = (tok_split[0] + ffn_axes, ())  # the dropless region's tp shares

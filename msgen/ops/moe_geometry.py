@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, prod
 
+from msgen.ops.moe_rows import expert_ffn_axes
+
 
 @dataclass(frozen=True)
 class MoeGeometry:
@@ -30,6 +32,10 @@ class MoeGeometry:
     loaded: float  # the busiest rank's share of `copies` in rows: copies x imbalance dropless
     devices: tuple[int, int, int]  # [dp / ep, ep, tp], the Layouts' device matrix
     experts_per_rank: int  # the stacked experts an ep rank holds: experts / ep
+    # tp when it has more than one rank: the axes the shared experts' ffn dim, and the
+    # dense partial sums and the dropless region's token shares, lie over
+    tp_axes: tuple[str, ...]
+    expert_ffn_axes: tuple[str, ...]  # the stacked experts' ffn dim's (moe_rows)
 
     @property
     def dropless(self) -> bool:
@@ -76,6 +82,8 @@ class MoeGeometry:
             loaded=loaded,
             devices=devices(ctx),
             experts_per_rank=e // ep,
+            tp_axes=("tp",) if sizes.get("tp", 1) > 1 else (),
+            expert_ffn_axes=expert_ffn_axes(node, ctx),
         )
 
 
