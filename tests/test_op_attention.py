@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from msgen.ops.attention import head_dim, kv_heads
+from msgen.ops.attention_geometry import head_dim, kv_heads
 from msgen.ops.rope_scaling import resolved
 from msgen.ops.rope_scaling.frequencies import rope_frequencies
 from tests.oracles import require

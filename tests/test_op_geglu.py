@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from msgen.compiler import analyze_text
-from msgen.ops import CALLABLE, OPS
+from msgen.emit.ops import EMITTERS
+from msgen.ops import CALLABLE
 from tests.test_op_elementwise import gelu
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_mixed.msl"
@@ -29,7 +30,7 @@ def checked(text: str):
 
 
 def test_geglu_is_in_the_registry():
-    assert "geglu" in CALLABLE and OPS["geglu"].helpers == ("geglu",)
+    assert "geglu" in CALLABLE and EMITTERS["geglu"].helpers == ("geglu",)
 
 
 def test_geglu_halves_the_last_dim_and_saves_its_input():

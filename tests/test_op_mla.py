@@ -13,7 +13,8 @@ import pytest
 
 from msgen.ir.models import Call, OpNode
 from msgen.ops.attention import rope_scaling
-from msgen.ops.mla import dims, softmax_scale
+from msgen.ops.mla import softmax_scale
+from msgen.ops.mla_geometry import MlaGeometry
 from msgen.ops.rope_scaling.frequencies import rope_frequencies
 from tests.oracles import require
 
@@ -89,11 +90,11 @@ MATRICES = ("q", "q_a", "q_norm", "q_b", "kv_a", "kv_norm", "kv_b")
 
 def reference(op):
     """Looks `mla` up when called, so a test may replace it."""
-    d = dims(op.node)
+    g = MlaGeometry.of(op.node)
     prefix = f"{op.prefix}{op.node.name}."
     params = {m: op.params[prefix + m] for m in MATRICES if prefix + m in op.params}
     return mla(
-        op.inputs[0], params, d["heads"], d["nope"], d["rope"], d["v"],
+        op.inputs[0], params, g.heads, g.nope, g.rope, g.v,
         op.args.get("rope_theta", 10000.0), op.args.get("rope_interleave", True),
         softmax_scale(op.node), op.args.get("eps", 1e-6), dict(rope_scaling(op.node) or ()),
     )  # fmt: skip

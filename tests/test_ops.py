@@ -21,6 +21,7 @@ import pytest
 
 from msgen.emit.build import build_context
 from msgen.emit.imports import block
+from msgen.emit.ops import EMITTERS
 from msgen.ops import OPS
 from msgen.ops.imports import SHELL, bound, parse
 from msgen.ops.rope_scaling import frequencies_source
@@ -91,7 +92,7 @@ def shell_names(name: str) -> set[str]:
     tree = ast.parse((compiled(name) / "model.py").read_text())
     top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
-    helpers = {h for op in OPS.values() for h in op.helpers}
+    helpers = {h for emitter in EMITTERS.values() for h in emitter.helpers}
     every = {
         "flash": True,
         "dropout": True,
@@ -110,9 +111,9 @@ def test_each_op_imports_what_its_code_uses(name):
     ctx = build_context(plan(name), str(SPECS[name]))
     shell = shell_names(name) | bound(SHELL) | set(dir(builtins))
     for op in ctx.ops():
-        snippet = OPS[op.kind].code(op, ctx)
+        snippet = EMITTERS[op.kind].code(op, ctx)
         sources = [snippet.make, snippet.call]
-        values = OPS[op.kind].helper_values([op])  # what emit renders the fragment with
+        values = EMITTERS[op.kind].helper_values([op])  # what emit renders the fragment with
         sources += [fragment(snippet.helper, values)] if snippet.helper else []
         read, defined = set(), set()
         for source in sources:
@@ -178,7 +179,7 @@ def test_each_op_computes_its_reference(name):
                 for r, v in zip(node.inputs, values)
             }
             scope |= {"self": cell, "labels": ms.Tensor(labels)}
-            got = eval(OPS[op.kind].code(op, ctx).call, {}, scope)
+            got = eval(EMITTERS[op.kind].code(op, ctx).call, {}, scope)
             call = ref.Call(node, values, params, prefix, context(the_plan.spec), labels)
             want = ref.references()[op.kind](call)
             pairs = [(got, want)]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msgen.analysis.facts import context
 from msgen.analysis.plan import Plan
 from msgen.ir.devices import DEVICES
 from msgen.ops import OPS
@@ -56,14 +55,13 @@ class Switches:
 
 def counts_to_host(plan: Plan) -> bool:
     """Some op hands collectives their counts on the host (the dropless moe path with
-    ep > 1, whose MoveTo needs jit_level O0 or O1): its op's `permute` setting."""
+    ep > 1, whose MoveTo needs jit_level O0 or O1): a dropless moe (`Moe.dropless`)."""
     spec = plan.spec
     if spec.mesh.ep <= 1:
         return False
-    ctx = context(spec)
     names = ["network", *(r.layer for r in plan.repeats)]
     return any(
-        OPS[of.node.kind].settings(of.node, ctx).get("permute")
+        OPS[of.node.kind].dropless(of.node)
         for name in names
         for of in plan.graph(name).ops.values()
         if of.node.kind == "moe"

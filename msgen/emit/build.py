@@ -11,6 +11,7 @@ from msgen.analysis.switches import switches
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
 from msgen.emit.modes import TrainMode
 from msgen.emit.mtp import mtp_spec
+from msgen.emit.ops import EMITTERS
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
 from msgen.ir.devices import DEVICES
@@ -66,7 +67,7 @@ def op_spec(
     params = tuple(
         ParamSpec(p.name, p.shape, opdef.inits[p.name], p.name in opdef.decays) for p in of.params
     )
-    settings = opdef.settings(node, ctx) | ({"std": std} if std is not None else {})
+    settings = EMITTERS[node.kind].settings(node, ctx) | ({"std": std} if std is not None else {})
     return OpSpec(
         name=node.name,
         kind=node.kind,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from msgen.analysis.switches import Switches
 from msgen.checks.reserved import camel
 from msgen.emit.modes import TrainMode
+from msgen.emit.ops import EMITTERS
 from msgen.ops import OPS
 from msgen.ops.base import Strategy
 
@@ -217,7 +218,7 @@ class ModelContext:
         """Some op adds an auxiliary loss (its `Snippet.aux`: moe's `aux_loss` or
         `z_loss` above 0): the network's loss includes it, and train.py logs it
         (log.csv's aux_loss)."""
-        return any(OPS[op.kind].code(op, self).aux for op in self.ops())
+        return any(EMITTERS[op.kind].code(op, self).aux for op in self.ops())
 
     @property
     def expert_bias(self) -> bool:

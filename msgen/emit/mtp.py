@@ -14,7 +14,7 @@ import dataclasses
 
 from msgen.analysis.plan import Plan
 from msgen.emit.context import ModelContext, MtpSpec, OpSpec
-from msgen.ops import OPS
+from msgen.emit.ops import EMITTERS
 from msgen.ops.base import Context
 
 # what templates/ops/mtp.py.j2 imports
@@ -30,7 +30,7 @@ def helpers(ctx: ModelContext) -> frozenset[str]:
     m = ctx.mtp
     assert m is not None
     norm = next(op for op in ctx.network.ops if op.name == m.hidden)
-    return frozenset({"mtp", "linear", *OPS[norm.kind].helpers})
+    return frozenset({"mtp", "linear", *EMITTERS[norm.kind].helpers})
 
 
 def mtp_spec(plan: Plan, net_ops: list[OpSpec], ctx: Context, op_spec) -> MtpSpec | None:
@@ -68,9 +68,9 @@ def init_lines(ctx: ModelContext) -> list[str]:
     assert m is not None
     layer = ctx.layer(m.layer)
     net = {op.name: op for op in ctx.network.ops}
-    norm = OPS[net[m.hidden].kind].code(net[m.hidden], ctx).make
-    eh_proj = OPS[m.eh_proj.kind].code(m.eh_proj, ctx).make
-    cross_entropy = OPS[net[m.loss].kind].code(net[m.loss], ctx).make
+    norm = EMITTERS[net[m.hidden].kind].code(net[m.hidden], ctx).make
+    eh_proj = EMITTERS[m.eh_proj.kind].code(m.eh_proj, ctx).make
+    cross_entropy = EMITTERS[net[m.loss].kind].code(net[m.loss], ctx).make
     lines = [
         "self.mtp = MultiTokenPrediction(",
         "    [",
@@ -106,7 +106,7 @@ def construct_lines(ctx: ModelContext, aux: bool) -> list[str]:
     m = ctx.mtp
     assert m is not None
     head = next(op for op in ctx.network.ops if op.name == m.head)
-    call = OPS[head.kind].code(dataclasses.replace(head, inputs=("mtp_normed",)), ctx).call
+    call = EMITTERS[head.kind].code(dataclasses.replace(head, inputs=("mtp_normed",)), ctx).call
     module = "self.mtp.layers[depth](mtp_hidden, mtp_embedded" + (", aux)" if aux else ")")
     outputs = "mtp_hidden, mtp_normed" + (", aux" if aux else "")
     return [

@@ -1,6 +1,6 @@
 """The code of a generated cell: what `__init__` builds, what `construct` calls.
 
-Each op's module gives its own `Snippet` (`OpDef.code`); here the snippets of a
+Each op's emitter gives its own `Snippet` (msgen/emit/ops, `OpEmitter.code`); here the snippets of a
 layer or of the network become lines, with what every op shares: the attribute
 named after the op, selective recompute, and (network ops) the pipeline stage.
 Ops needing more than one primitive or owning parameters use a helper cell, a
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from msgen.emit import mtp
 from msgen.emit.context import LayerSpec, ModelContext, OpSpec
+from msgen.emit.ops import EMITTERS
 from msgen.ops import OPS
 
 
@@ -36,7 +37,7 @@ def _op_lines(
 ) -> tuple[list[str], list[str], set[str], bool]:
     """Its `__init__` and `construct` lines, its helper cells, and whether it adds an
     auxiliary loss (`Snippet.aux`)."""
-    snip = OPS[op.kind].code(op, ctx)
+    snip = EMITTERS[op.kind].code(op, ctx)
     helpers = {snip.helper} if snip.helper else set()
     make = snip.make
     init: list[str] = []

@@ -12,7 +12,7 @@ from msgen.emit import opcode
 from msgen.emit.context import ModelContext
 from msgen.emit.imports import model_imports
 from msgen.emit.layout import format_python
-from msgen.ops import OPS
+from msgen.emit.ops import EMITTERS
 from msgen.resources import template
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -22,19 +22,30 @@ def _render(name: str, **values: Any) -> str:
     return format_python(template(name).render(**values))
 
 
+# Helper values that are module-level source several fragments may carry (the scaled
+# rope's frequency functions, attention's and mla's): model.py defines each once, in
+# the first fragment that carries it; the later ones call that definition.
+SHARED_SOURCES = ("rope_frequencies",)
+
+
 def _helper_cells(ctx: ModelContext, helpers: frozenset[str], mtp_aux: bool) -> list[str]:
     """The helper cells the model's code uses, each from its op's fragment in
-    templates/ops/, rendered with the values its op gives (`OpDef.helper_values`);
+    templates/ops/, rendered with the values its emitter gives (`OpEmitter.helper_values`);
     then multi-token prediction's, whose block may thread auxiliary losses."""
     ops = ctx.ops()
-    return [
-        template(f"ops/{helper}.py.j2").render(
-            **opdef.helper_values([op for op in ops if op.kind == kind])
-        )
-        for kind, opdef in OPS.items()
-        for helper in opdef.helpers
-        if helper in helpers
-    ] + ([template("ops/mtp.py.j2").render(aux=mtp_aux)] if "mtp" in helpers else [])
+    cells, carried = [], set()
+    for kind, emitter in EMITTERS.items():
+        for helper in emitter.helpers:
+            if helper not in helpers:
+                continue
+            values = emitter.helper_values([op for op in ops if op.kind == kind])
+            for key in SHARED_SOURCES:
+                if values.get(key) in carried:
+                    values[key] = ""  # an earlier fragment defines it
+                elif values.get(key):
+                    carried.add(values[key])
+            cells.append(template(f"ops/{helper}.py.j2").render(**values))
+    return cells + ([template("ops/mtp.py.j2").render(aux=mtp_aux)] if "mtp" in helpers else [])
 
 
 def render_model(ctx: ModelContext) -> str:

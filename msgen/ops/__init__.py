@@ -2,7 +2,8 @@
 
 Every public `OpDef` subclass with a `name` in a module of this package is an op,
 in the order of the modules' names and, within a module, of definition: adding an
-op is adding its module (or a class to a module of its family), nothing else.
+op is adding its module (or a class to a module of its family) and its emitter
+(msgen/emit/ops, which the backend's registry finds the same way).
 """
 
 from __future__ import annotations

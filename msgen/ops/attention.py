@@ -12,8 +12,7 @@ as transformers does (msgen.ops.rope_scaling); it changes no shape, memory or FL
 
 from __future__ import annotations
 
-import json
-
+from msgen.ops.attention_geometry import AttentionGeometry
 from msgen.ops.base import (
     Arg,
     Layout,
@@ -21,24 +20,12 @@ from msgen.ops.base import (
     OpError,
     Param,
     Saved,
-    Snippet,
     Work,
-    factors,
     out_declared,
     tensor_bytes,
 )
 from msgen.ops.linear import without
-from msgen.ops.rope_scaling import ScalingError, resolved, scaled_rope_values
-
-
-def head_dim(node, ctx) -> int:
-    if "head_dim" in ctx.dims:
-        return ctx.dims["head_dim"]
-    return ctx.dims.get("hidden", 0) // node.args["heads"]
-
-
-def kv_heads(node) -> int:
-    return node.args.get("kv_heads") or node.args["heads"]
+from msgen.ops.rope_scaling import ScalingError, resolved
 
 
 def window_cells(seq: int, window: int) -> int:
@@ -57,16 +44,6 @@ def check_scaling(node) -> None:
         resolved(form.name, form.args)
     except ScalingError as e:
         raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
-
-
-def scaling_source(items) -> str:
-    """The scaling's items (`rope_scaling(node)`) as a Python dict literal, strings in
-    black's double quotes: the generated cell's `rope_scaling` argument."""
-
-    def py(value) -> str:
-        return json.dumps(value) if isinstance(value, str) else repr(value)
-
-    return "{" + ", ".join(f"{json.dumps(k)}: {py(v)}" for k, v in items) + "}"
 
 
 def rope_scaling(node) -> tuple[tuple[str, object], ...] | None:
@@ -95,7 +72,6 @@ class Attention(OpDef):
         Arg("qk_norm", "bool", False),
     )
     composite = True
-    helpers = ("attention",)
     inits = {"q_norm": "ones", "k_norm": "ones"}
     imports = (
         "from functools import cache",
@@ -115,8 +91,7 @@ class Attention(OpDef):
     fused_roles = {"rope_kernel": "RotaryPositionEmbedding", "flash": "FlashAttentionScore"}
 
     def strategies(self, node, layout, ctx):
-        sb, _, sh = factors(layout.inputs[0], ctx)
-        q = (sb, sh, 1, 1)
+        q = AttentionGeometry.of(node, ctx, layout.inputs[0]).split.strategy
         roles = [("scores", (q, q))]
         if self.arg(node, "rope"):
             # x split as the scores are (batch, heads), head_dim whole for the rotation's
@@ -129,51 +104,10 @@ class Attention(OpDef):
             roles.append(("flash", (q, q, q) + mask))
         return tuple(roles)
 
-    def settings(self, node, ctx):
-        return {
-            "heads": node.args["heads"],
-            "kv_heads": kv_heads(node),
-            "head_dim": head_dim(node, ctx),
-            "causal": self.arg(node, "causal"),
-            "rope": self.arg(node, "rope"),
-            "rope_theta": float(self.arg(node, "rope_theta")),
-            "rope_scaling": rope_scaling(node),
-            "window": node.args.get("window"),
-            "flash": self.arg(node, "flash"),
-            "p": float(self.arg(node, "dropout")),
-            "qk_norm": self.arg(node, "qk_norm"),
-        }
-
-    def helper_values(self, ops):
-        # One Attention cell serves the model: it takes `flash` when any op asks for it,
-        # builds dropout primitives when any op drops out, q/k norms when any has them,
-        # and carries the scaled frequencies' source when any scales rope.
-        return {
-            "flash": any(op.setting("flash") for op in ops),
-            "dropout": any(op.setting("p") > 0 for op in ops),
-            "qk_norm": any(op.setting("qk_norm") for op in ops),
-            "rope": any(op.setting("rope") for op in ops),
-        } | scaled_rope_values(ops)
-
-    def code(self, op, model):
-        (qkv,) = op.inputs
-        s = op.setting
-        extra = f", flash={op.strategy('flash')}" if s("flash") else ""
-        extra += ", qk_norm=True" if s("qk_norm") else ""
-        if s("rope_scaling"):
-            extra += f", rope_scaling={scaling_source(s('rope_scaling'))}"
-        extra += f", rope_kernel={op.strategy('rope_kernel')}" if s("rope") else ""
-        make = (
-            f"Attention(heads={s('heads')}, kv_heads={s('kv_heads')}, head_dim={s('head_dim')}, "
-            f"seq={model.seq}, causal={s('causal')}, rope={s('rope')}, "
-            f"rope_theta={s('rope_theta')!r}, window={s('window')}, p={s('p')!r}, "
-            f"scores={op.strategy('scores')}{extra})"
-        )
-        return Snippet(make, f"self.{op.name}({qkv})", "attention")
-
     def shape(self, node, inputs, ctx):
         (qkv,) = inputs
-        heads, groups = node.args["heads"], kv_heads(node)
+        g = AttentionGeometry.of(node, ctx)
+        heads, groups = g.heads, g.kv_heads
         if len(qkv) != 3:
             raise OpError("MSL116", f"attention needs [batch, seq, width], got {list(qkv)}", "qkv")
         if heads % groups:
@@ -188,12 +122,12 @@ class Attention(OpDef):
                 "window",
                 "a sliding window lets each position see itself and the window - 1 before it",
             )
-        hd = head_dim(node, ctx)
+        hd = g.head_dim
         if hd <= 0:
             raise OpError("MSL119", "head_dim must be positive", "heads")
         if node.args.get("rope_scaling") is not None:
             check_scaling(node)
-        want = (heads + 2 * groups) * hd
+        want = g.qkv_width
         if qkv[-1] != want:
             raise OpError(
                 "MSL119",
@@ -202,10 +136,10 @@ class Attention(OpDef):
                 "qkv",
                 "project to (heads + 2 * kv_heads) * head_dim, or define `head_dim` in the model",
             )
-        return qkv[:-1] + (heads * hd,)
+        return qkv[:-1] + (g.out_width,)
 
     def param_shapes(self, node, inputs, ctx):
-        hd = head_dim(node, ctx)
+        hd = AttentionGeometry.of(node, ctx).head_dim
         return {"q_norm": (hd,), "k_norm": (hd,)} if node.args.get("qk_norm") else {}
 
     def layout(self, node, inputs, out_shape, ctx):
@@ -221,14 +155,15 @@ class Attention(OpDef):
         return Layout(inputs=(need,), output=need, params=params)
 
     def divisible(self, node, layout, ctx):
-        sh = layout.output[-1]
-        return [("heads", node.args["heads"], sh), ("kv_heads", kv_heads(node), sh)]
+        g = AttentionGeometry.of(node, ctx, layout.output)
+        sh = g.split.head_axes
+        return [("heads", g.heads, sh), ("kv_heads", g.kv_heads, sh)]
 
     def saves(self, node, inputs, output, ctx):
         (qkv,) = inputs
         b, s, _ = qkv.shape
-        heads = node.args["heads"]
-        sb, _, sh = output.split
+        g = AttentionGeometry.of(node, ctx, output.split)
+        heads = g.heads
         item = ctx.dtype_bytes
         # backward needs the rotated q and k (and v), a tensor of qkv's size, or the
         # normed ones without rope; the q/k norms' backward reads their input, qkv.
@@ -239,7 +174,7 @@ class Attention(OpDef):
         saved = [Saved(f"{node.name}.{own}", qkv.shape, qkv.split, item, "internal")] if own else []
         if qk_norm or not rope:
             saved.insert(0, Saved(node.inputs[0].name, qkv.shape, qkv.split, item, "input"))
-        heads_split = (sb, sh, (), ())
+        heads_split = g.split.scores
         if node.args.get("flash"):
             # FlashAttentionScore's backward reads its output and its fp32 softmax_max and
             # softmax_sum, each [batch, heads, seq, 8] (its 2.10 docstring), and with
@@ -269,8 +204,9 @@ class Attention(OpDef):
         and its 1-byte mask)."""
         (qkv,) = inputs
         b, s, _ = qkv.shape
-        scores = b * node.args["heads"] * s * s
-        flops = 2 * scores * head_dim(node, ctx) * 2
+        g = AttentionGeometry.of(node, ctx)
+        scores = b * g.heads * s * s
+        flops = 2 * scores * g.head_dim * 2
         io = tensor_bytes(qkv) + tensor_bytes(output)
         if node.args.get("rope"):
             io += 2 * tensor_bytes(qkv)  # q and k rotated: read and written
@@ -283,7 +219,7 @@ class Attention(OpDef):
                 kernel = flops * window_cells(s, node.args["window"]) // (s * s)
             elif node.args.get("causal"):
                 kernel = flops // 2
-            return Work(flops, kernel, io + b * node.args["heads"] * s * 4)  # + fp32 lse
+            return Work(flops, kernel, io + b * g.heads * s * 4)  # + fp32 lse
         through_memory = scores * 4 * item
         if node.args.get("dropout"):
             through_memory += scores * (2 * item + 1)

@@ -2,10 +2,12 @@
 
 An op is one class in one module: its arguments, shape inference, parameters, the
 layout (sharding) it computes at and the collectives that implies, the tensors it
-saves for backward, its FLOPs, and its emission: the MindSpore shard strategies
-of its primitives, the settings its code needs, the code itself (`code`), the
-helper cells it instantiates, each a template fragment `templates/ops/<helper>.py.j2`,
-and what that code imports (`imports`).
+saves for backward, its FLOPs, its recompute rule, and the MindSpore shard strategies
+of its primitives (read by plan.json and the strategy files as well as the code).
+How today's backend writes the op (its settings, code and helper cells) is the
+backend's: msgen/emit/ops, one emitter per op kind. What the code imports
+(`imports`) stays here while the reserved-name check (msgen/checks/reserved.py, a
+layer below the backend) reads it.
 The registry (msgen.ops) finds every op class in the package's modules, so adding
 an op is adding its module. Splits are per-dim tuples of mesh axes (see
 `ir.models.Split`).
@@ -162,18 +164,6 @@ def out_declared(node: OpNode, rank: int) -> Split | None:
 Strategy = tuple[tuple[int, ...], ...]  # MindSpore's `Primitive.shard` argument
 
 
-@dataclass(frozen=True)
-class Snippet:
-    """An op in a generated cell: `self.<op> = make` in `__init__`, `<op> = call` in
-    `construct`; `helper` names the helper cell `make` instantiates, if any; `aux`:
-    the call returns (output, an auxiliary loss the network adds to its loss)."""
-
-    make: str
-    call: str
-    helper: str | None = None
-    aux: bool = False
-
-
 def factors(split: Split, ctx: Context) -> tuple[int, ...]:
     """A split as a strategy entry: the number of slices of each dim."""
     return tuple(split_factor(axes, ctx) for axes in split)
@@ -184,17 +174,10 @@ def lead(split: Split, ctx: Context) -> int:
     return prod(factors(split[:-1], ctx))
 
 
-def call_args(*values: str | float) -> str:
-    """Arguments of a generated call: tensor names as they are, numbers as literals."""
-    return ", ".join(v if isinstance(v, str) else repr(v) for v in values)
-
-
 class OpDef:
     name: ClassVar[str]
     args: ClassVar[tuple[Arg, ...]]
     params: ClassVar[tuple[str, ...]] = ()  # names `param @ [...]` may shard
-    # Helper cells its code may instantiate: templates/ops/<helper>.py.j2 each.
-    helpers: ClassVar[tuple[str, ...]] = ()
     # What its code and its helper cells import, written as the Python lines would be
     # ("from mindspore import nn, ops"), and what a setting adds when it is true;
     # generated model.py imports the union over its ops (msgen/ops/imports.py).
@@ -285,7 +268,7 @@ class OpDef:
         so an output layer in front of it still feeds the residual join behind it."""
         return False
 
-    # emission -----------------------------------------------------------------
+    # strategies ---------------------------------------------------------------
 
     def strategies(self, node: OpNode, layout: Layout, ctx: Context):
         """`(role, strategy)` per primitive of the op, from the layout the checks chose;
@@ -300,20 +283,6 @@ class OpDef:
             if role in self.fused_roles
         )
 
-    def settings(self, node: OpNode, ctx: Context) -> dict:
-        """What `code` needs beyond the op's inputs, parameters and strategies."""
-        return {}
-
-    def code(self, op, model) -> Snippet:
-        """The op's generated code. `op` is the emitter's record of it (name, inputs,
-        params, `strategy(role)`, `setting(key)`), `model` the model's (seq, network)."""
-        raise NotImplementedError
-
-    def helper_values(self, ops) -> dict:
-        """What the op's helper-cell fragments (templates/ops/) are rendered with, given
-        the emitter's records of every op of this kind in the model."""
-        return {}
-
     def buffers(self, node: OpNode) -> dict[str, tuple[int, ...]]:
         """State the op keeps beside its parameters, by name: not trained (no gradient,
         no optimizer state, not in params_total), checkpointed and resharded whole
@@ -321,7 +290,7 @@ class OpDef:
         return {}
 
     def imports_of(self, op=None) -> tuple[str, ...]:
-        """What one op's code imports, given the emitter's record of it (as for `code`);
+        """What one op's code imports, given the emitter's record of it (its settings);
         without one, what the op's code may import under any settings."""
         added = (v for k, v in self.setting_imports.items() if op is None or op.setting(k))
         return self.imports + tuple(line for lines in added for line in lines)

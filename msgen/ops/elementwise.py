@@ -10,10 +10,8 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Saved,
-    Snippet,
     Work,
     align,
-    call_args,
     factors,
     out_declared,
     saved_operand,
@@ -34,27 +32,13 @@ class _Unary(OpDef):
 class Gelu(_Unary):
     name = "gelu"
     args = (Arg("x", "tensor"), Arg("approximate", "bool", False))
-    helpers = ("gelu",)
     imports = ("from mindspore import nn, ops",)
-
-    def settings(self, node, ctx):
-        return {"approximate": self.arg(node, "approximate")}
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        if op.setting("approximate"):  # ops.GeLU is the tanh form
-            return Snippet(f"ops.GeLU().shard({op.strategy('x')})", f"self.{op.name}({x})")
-        return Snippet(f"Gelu({op.strategy('x')})", f"self.{op.name}({x})", "gelu")
 
 
 class Silu(_Unary):
     name = "silu"
     args = (Arg("x", "tensor"),)
     imports = ("from mindspore.ops.auto_generate import SiLU",)
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        return Snippet(f"SiLU().shard({op.strategy('x')})", f"self.{op.name}({x})")
 
 
 class Swiglu(_Unary):
@@ -71,7 +55,6 @@ class Swiglu(_Unary):
 
     name = "swiglu"
     args = (Arg("x", "tensor"),)
-    helpers = ("swiglu",)
     imports = (
         "from mindspore import nn, ops",
         "from mindspore.ops.auto_generate import SiLU, Swiglu",
@@ -88,10 +71,6 @@ class Swiglu(_Unary):
             raise OpError("MSL119", "swiglu needs an even last dim ([gate | up])", "x")
         return x[:-1] + (x[-1] // 2,)
 
-    def code(self, op, model):
-        (x,) = op.inputs
-        return Snippet(f"SwiGLU({op.strategy('kernel')})", f"self.{op.name}({x})", "swiglu")
-
 
 class Dropout(_Unary):
     name = "dropout"
@@ -101,16 +80,6 @@ class Dropout(_Unary):
 
     def scales_only(self, node):
         return True
-
-    def settings(self, node, ctx):
-        return {"p": float(self.arg(node, "p"))}
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        # ops.Dropout returns (output, mask); evaluation (set_train(False)) skips it.
-        # Seeded (model.py's dropout_seeds): unseeded, two runs drop different units.
-        make = f"ops.Dropout({1.0 - op.setting('p')!r}, *dropout_seeds()).shard({op.strategy('x')})"
-        return Snippet(make, f"self.{op.name}({x})[0] if self.training else {x}")
 
     def saves(self, node, inputs, output, ctx):
         if not node.args.get("p"):
@@ -166,12 +135,6 @@ class _Binary(OpDef):
         # A constant operand (always the last input) is a scalar tensor: `()`.
         const = ((),) if "const" in node.args else ()
         return (("x", tuple(factors(s, ctx) for s in layout.inputs) + const),)
-
-    def code(self, op, model):
-        return Snippet(
-            f"ops.{self.primitive}().shard({op.strategy('x')})",
-            f"self.{op.name}({call_args(*op.inputs)})",
-        )
 
 
 class Add(_Binary):

@@ -10,9 +10,7 @@ from msgen.ops.base import (
     OpDef,
     Param,
     Saved,
-    Snippet,
     Work,
-    call_args,
     declared,
     factors,
     out_declared,
@@ -26,7 +24,6 @@ class Embedding(OpDef):
     name = "embedding"
     args = (Arg("tokens", "tensor"), Arg("vocab", "int"), Arg("hidden", "int"))
     params = ("table",)
-    helpers = ("embedding",)
     imports = ("from mindspore import nn, ops",)
     inits = {"table": "normal"}
     decays = frozenset({"table"})
@@ -35,15 +32,6 @@ class Embedding(OpDef):
     def strategies(self, node, layout, ctx):
         table = factors(layout.params[0].split, ctx)
         return (("gather", (table, factors(layout.inputs[0], ctx))),)
-
-    def code(self, op, model):
-        (table,) = op.params
-        vocab, hidden = table.shape
-        return Snippet(
-            f"Embedding({vocab}, {hidden}, gather={op.strategy('gather')})",
-            f"self.{op.name}({call_args(*op.inputs)})",
-            "embedding",
-        )
 
     def shape(self, node, inputs, ctx):
         return inputs[0] + (node.args["hidden"],)
@@ -75,18 +63,12 @@ class Positions(OpDef):
     name = "positions"
     args = (Arg("seq", "int"), Arg("hidden", "int"))
     params = ("table",)
-    helpers = ("positions",)
     imports = ("from mindspore import nn, ops",)
     inits = {"table": "normal"}
     decays = frozenset({"table"})
 
     def strategies(self, node, layout, ctx):
         return ()
-
-    def code(self, op, model):
-        (table,) = op.params
-        seq, hidden = table.shape
-        return Snippet(f"Positions({seq}, {hidden})", f"self.{op.name}()", "positions")
 
     def shape(self, node, inputs, ctx):
         return (node.args["seq"], node.args["hidden"])

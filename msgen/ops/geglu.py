@@ -4,13 +4,12 @@ A split last dim splits both halves alike, as for swiglu."""
 
 from __future__ import annotations
 
-from msgen.ops.base import Arg, OpDef, OpError, Snippet, saved_operand
+from msgen.ops.base import Arg, OpDef, OpError, saved_operand
 
 
 class Geglu(OpDef):
     name = "geglu"
     args = (Arg("x", "tensor"),)
-    helpers = ("geglu",)
     imports = ("from mindspore import nn, ops",)
 
     def shape(self, node, inputs, ctx):
@@ -22,7 +21,3 @@ class Geglu(OpDef):
     def saves(self, node, inputs, output, ctx):
         # backward needs gelu'(gate) and up: the input, whichever the recompute mode
         return [saved_operand(node.inputs[0].name, inputs[0])]
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        return Snippet(f"GeGLU({op.strategy('x')})", f"self.{op.name}({x})", "geglu")

@@ -12,7 +12,6 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Param,
-    Snippet,
     declared,
     factors,
     lead,
@@ -34,7 +33,6 @@ class Linear(OpDef):
     name = "linear"
     args = (Arg("x", "tensor"), Arg("n", "int"), Arg("bias", "bool", True), Arg("tie", "op", None))
     params = ("weight", "bias")
-    helpers = ("linear", "tied_linear")
     imports = ("from mindspore import nn, ops",)
     inits = {"weight": "normal", "bias": "zeros"}
     decays = frozenset({"weight"})
@@ -52,28 +50,6 @@ class Linear(OpDef):
         if "bias" in w:
             roles.append(("bias", ((prod(out[:-1]), out[-1]), w["bias"])))
         return tuple(roles)
-
-    def settings(self, node, ctx):
-        return {"bias": self.arg(node, "bias"), "tie": self.arg(node, "tie")}
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        matmul = op.strategy("matmul")
-        if op.setting("tie") is not None:
-            return Snippet(
-                f"TiedLinear(matmul={matmul})",
-                f"self.{op.name}({x}, self.{op.setting('tie')}.table)",
-                "tied_linear",
-            )
-        n_in, n_out = op.params[0].shape
-        bias = f", bias={op.strategy('bias')}" if op.setting("bias") else ""
-        std = op.setting("std")  # an output projection's scaled init (None: 0.02)
-        std = f", std={std!r}" if std is not None else ""
-        return Snippet(
-            f"Linear({n_in}, {n_out}, matmul={matmul}{bias}{std})",
-            f"self.{op.name}({x})",
-            "linear",
-        )
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs

@@ -11,7 +11,6 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Saved,
-    Snippet,
     Work,
     factors,
     tensor_bytes,
@@ -21,7 +20,6 @@ from msgen.ops.base import (
 class CrossEntropy(OpDef):
     name = "cross_entropy"
     args = (Arg("logits", "tensor"), Arg("tokens", "tensor"))
-    helpers = ("cross_entropy",)
     output_itemsize = 4  # fp32 (templates/ops/cross_entropy.py.j2)
     imports = (
         "from mindspore import Tensor, nn, ops",
@@ -31,16 +29,6 @@ class CrossEntropy(OpDef):
     def strategies(self, node, layout, ctx):
         sb, ss, sv = factors(layout.inputs[0], ctx)
         return (("logits", ((sb * ss, sv),)),)
-
-    def code(self, op, model):
-        logits, tokens = op.inputs
-        # The spec names the network input; the target of position i is labels[i].
-        labels = "labels" if tokens == model.network.input else tokens
-        return Snippet(
-            f"CrossEntropy({op.strategy('logits')})",
-            f"self.{op.name}({logits}, {labels})",
-            "cross_entropy",
-        )
 
     def shape(self, node, inputs, ctx):
         logits, tokens = inputs

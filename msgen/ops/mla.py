@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from math import prod
 
-from msgen.ops.attention import rope_scaling, scaling_source
+from msgen.ops.attention import rope_scaling
 from msgen.ops.base import (
     Arg,
     Collective,
@@ -44,7 +44,6 @@ from msgen.ops.base import (
     OpError,
     Param,
     Saved,
-    Snippet,
     Work,
     declared,
     factors,
@@ -54,7 +53,8 @@ from msgen.ops.base import (
     whole,
 )
 from msgen.ops.linear import without
-from msgen.ops.rope_scaling import ScalingError, resolved, scaled_rope_values
+from msgen.ops.mla_geometry import MlaGeometry
+from msgen.ops.rope_scaling import ScalingError, resolved
 
 FP32 = 4
 # FlashAttentionScore's head size D: a multiple of 16, at most 512 (its 2.10 docstring,
@@ -62,27 +62,11 @@ FP32 = 4
 FLASH_ALIGN, FLASH_MAX = 16, 512
 
 
-def dims(node) -> dict[str, int]:
-    """The op's sizes by name: nope, rope, qk (their sum), v, kv (kv_lora_rank), q
-    (q_lora_rank, 0 without q LoRA)."""
-    a = node.args
-    nope, rope = a["qk_nope_head_dim"], a["qk_rope_head_dim"]
-    return {
-        "heads": a["heads"],
-        "nope": nope,
-        "rope": rope,
-        "qk": nope + rope,
-        "v": a["v_head_dim"],
-        "kv": a["kv_lora_rank"],
-        "q": a.get("q_lora_rank") or 0,
-    }
-
-
 def softmax_scale(node) -> float:
     """d^-0.5, times mscale^2 when the rope scaling names an mscale_all_dim and
     `yarn_mscale` holds (DeepseekV3Attention: `yarn_get_mscale(factor, mscale_all_dim)`,
     YaRN's attention temperature, whose one definition is rope_scaling.frequencies')."""
-    scale = dims(node)["qk"] ** -0.5
+    scale = MlaGeometry.of(node).qk ** -0.5
     scaling = dict(rope_scaling(node) or ())
     if node.args.get("yarn_mscale", True) and scaling.get("mscale_all_dim"):
         from msgen.ops.rope_scaling.frequencies import _yarn_factor  # numpy: emission only
@@ -111,7 +95,6 @@ class Mla(OpDef):
     )
     params = ("q", "q_a", "q_norm", "q_b", "kv_a", "kv_norm", "kv_b")
     composite = True
-    helpers = ("mla",)
     imports = (
         "from functools import cache",
         "import numpy as np",
@@ -134,14 +117,14 @@ class Mla(OpDef):
         (x,) = inputs
         if len(x) != 3:
             raise OpError("MSL116", f"mla needs [batch, seq, hidden], got {list(x)}", "x")
-        d = dims(node)
+        g = MlaGeometry.of(node)
         for arg in ("heads", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "q_lora_rank"):
             if node.args.get(arg) is not None and node.args[arg] < 1:
                 raise OpError("MSL119", f"{arg} must be positive", arg)
-        if d["rope"] < 2 or d["rope"] % 2:
+        if g.rope < 2 or g.rope % 2:
             raise OpError(
                 "MSL119",
-                f"qk_rope_head_dim = {d['rope']} must be even and positive",
+                f"qk_rope_head_dim = {g.rope} must be even and positive",
                 "qk_rope_head_dim",
                 "rope rotates pairs of channels: DeepSeek-V2 and V3 use 64",
             )
@@ -151,37 +134,36 @@ class Mla(OpDef):
                 resolved(form.name, form.args)
             except ScalingError as e:
                 raise OpError(e.code, e.message, "rope_scaling", e.hint) from None
-        if node.args.get("flash") and (d["qk"] % FLASH_ALIGN or d["qk"] > FLASH_MAX):
+        if g.flash and (g.qk % FLASH_ALIGN or g.qk > FLASH_MAX):
             raise OpError(
                 "MSL119",
-                f"flash needs qk_nope_head_dim + qk_rope_head_dim = {d['qk']} a multiple "
+                f"flash needs qk_nope_head_dim + qk_rope_head_dim = {g.qk} a multiple "
                 f"of {FLASH_ALIGN} and at most {FLASH_MAX} (FlashAttentionScore's head size)",
                 "flash",
                 "drop `flash = true` (the composed path has no such limit)",
             )
-        if d["v"] > d["qk"] and node.args.get("flash"):
+        if g.v > g.qk and g.flash:
             raise OpError(
                 "MSL119",
-                f"flash needs v_head_dim = {d['v']} at most the q/k head size {d['qk']}: v is "
+                f"flash needs v_head_dim = {g.v} at most the q/k head size {g.qk}: v is "
                 "padded to it",
                 "flash",
                 "drop `flash = true`",
             )
-        return x[:-1] + (d["heads"] * d["v"],)
+        return x[:-1] + (g.out_width,)
 
     def param_shapes(self, node, inputs, ctx):
         h = inputs[0][-1]
-        d = dims(node)
-        heads = d["heads"]
+        g = MlaGeometry.of(node)
         shapes = (
-            {"q_a": (h, d["q"]), "q_norm": (d["q"],), "q_b": (d["q"], heads * d["qk"])}
-            if d["q"]
-            else {"q": (h, heads * d["qk"])}
+            {"q_a": (h, g.q), "q_norm": (g.q,), "q_b": (g.q, g.q_width)}
+            if g.q
+            else {"q": (h, g.q_width)}
         )
         shapes |= {
-            "kv_a": (h, d["kv"] + d["rope"]),
-            "kv_norm": (d["kv"],),
-            "kv_b": (d["kv"], heads * (d["nope"] + d["v"])),
+            "kv_a": (h, g.kv_a_width),
+            "kv_norm": (g.kv,),
+            "kv_b": (g.kv, g.kv_b_width),
         }
         return shapes
 
@@ -198,7 +180,7 @@ class Mla(OpDef):
         shapes = self.param_shapes(node, [x.shape], ctx)
         for name in node.param_shardings:
             if name not in shapes:
-                lora = "with" if dims(node)["q"] else "without"
+                lora = "with" if MlaGeometry.of(node).q else "without"
                 raise OpError(
                     "MSL209",
                     f"mla `{node.name}` {lora} q_lora_rank has no parameter `{name}`",
@@ -232,12 +214,12 @@ class Mla(OpDef):
         if not sh:
             return ()
         (x,) = inputs
-        d = dims(node)
+        g = MlaGeometry.of(node)
         tokens = prod(x.shape[:-1])
-        q_in = d["q"] or x.shape[-1]
+        q_in = g.q or x.shape[-1]
         return (
             Collective("AllReduce", sh, tokens * q_in, "q latent gradient"),
-            Collective("AllReduce", sh, tokens * (d["kv"] + d["rope"]), "kv latent gradient"),
+            Collective("AllReduce", sh, tokens * g.kv_a_width, "kv latent gradient"),
         )
 
     # memory and work ----------------------------------------------------------
@@ -255,31 +237,28 @@ class Mla(OpDef):
         q/k head size (the kernel's D)."""
         (x,) = inputs
         b, s, _ = x.shape
-        d, item, name = dims(node), ctx.dtype_bytes, node.name
-        sb, _, sh = output.split
-        rows = (sb, ())  # [batch, seq, latent]: whole over the heads' axes
+        g, item, name = MlaGeometry.of(node, ctx, output.split), ctx.dtype_bytes, node.name
+        rows = (g.split.batch_axes, ())  # [batch, seq, latent]: whole over the heads' axes
         saved = [saved_operand(node.inputs[0].name, x)]
-        latents = (("q_latent", "q_normed"), d["q"]), (("kv_latent", "kv_normed"), d["kv"])
+        latents = (("q_latent", "q_normed"), g.q), (("kv_latent", "kv_normed"), g.kv)
         for whats, n in latents:
             if n:
                 for what in whats:
                     saved.append(Saved(f"{name}.{what}", (b, s, n), rows + ((),), item, "internal"))
-        heads = (sb, sh, (), ())
-        flash = bool(node.args.get("flash"))
-        v = d["qk"] if flash else d["v"]
-        for what, width in (("q", d["qk"]), ("k", d["qk"]), ("v", v)):
-            shape = (b, d["heads"], s, width)
+        heads = g.split.scores
+        for what, width in (("q", g.qk), ("k", g.qk), ("v", g.v_core)):
+            shape = (b, g.heads, s, width)
             saved.append(Saved(f"{name}.{what}", shape, heads, item, "internal"))
-        if flash:
-            stats = (b, d["heads"], s, 8)
-            padded = (b, d["heads"], s, d["qk"])
+        if g.flash:
+            stats = (b, g.heads, s, 8)
+            padded = (b, g.heads, s, g.qk)
             saved += [
                 Saved(f"{name}.padded_out", padded, heads, item, "internal"),
                 Saved(f"{name}.softmax_max", stats, heads, FP32, "internal"),
                 Saved(f"{name}.softmax_sum", stats, heads, FP32, "internal"),
             ]
         else:
-            scores = (b, d["heads"], s, s)
+            scores = (b, g.heads, s, s)
             saved.append(Saved(f"{name}.probs", scores, heads, item, "internal"))
         return saved
 
@@ -293,17 +272,17 @@ class Mla(OpDef):
         as `attention`'s."""
         (x,) = inputs
         b, s, h = x.shape
-        d, item = dims(node), ctx.dtype_bytes
-        tokens, heads = b * s, d["heads"]
+        g, item = MlaGeometry.of(node), ctx.dtype_bytes
+        tokens, heads = b * s, g.heads
         projections = sum(2 * tokens * prod(shape) for shape in self._matrices(node, h))
         pairs = b * heads * s * s
-        core = 2 * pairs * d["qk"] + 2 * pairs * d["v"]
-        latent = tokens * (d["q"] + d["kv"]) * item
-        rope = tokens * (heads + 1) * d["rope"] * item
-        qk = 2 * tokens * heads * d["qk"] * item
+        core = 2 * pairs * g.qk + 2 * pairs * g.v
+        latent = tokens * (g.q + g.kv) * item
+        rope = tokens * (heads + 1) * g.rope * item
+        qk = 2 * tokens * heads * g.qk * item
         io = 2 * tensor_bytes(x) + tensor_bytes(output) + 2 * latent + 2 * rope + qk
-        if node.args.get("flash"):
-            kernel = projections + 2 * pairs * d["qk"]  # (QK^T + padded PV) / 2
+        if g.flash:
+            kernel = projections + 2 * pairs * g.qk  # (QK^T + padded PV) / 2
             return Work(projections + core, kernel, io + b * heads * s * FP32)
         return Work(projections + core, projections + core, io + pairs * 4 * item)
 
@@ -318,57 +297,16 @@ class Mla(OpDef):
     def _matrices(self, node, hidden: int) -> list[tuple[int, int]]:
         return [s for s in self.param_shapes(node, [(hidden,)], None).values() if len(s) == 2]
 
-    # emission -----------------------------------------------------------------
+    # strategies ---------------------------------------------------------------
 
     def strategies(self, node, layout, ctx):
         """The projections' MatMuls over [tokens, in] (tokens split like batch), the
         up-projections' output dim over the heads' axes; `core`: the attention core's
         [batch, heads, seq, dim] split."""
-        sb, _, sh = factors(layout.output, ctx)
+        heads = MlaGeometry.of(node, ctx, layout.output).split
         roles = []
         for p in layout.params:
             if len(p.shape) == 2:
                 w = factors(p.split, ctx)
-                roles.append((p.name, ((sb, w[0]), w)))
-        return tuple(roles) + (("core", ((sb, sh, 1, 1),)),)
-
-    def settings(self, node, ctx):
-        d = dims(node)
-        return {
-            "heads": d["heads"],
-            "q_lora_rank": d["q"],
-            "kv_lora_rank": d["kv"],
-            "nope": d["nope"],
-            "rope": d["rope"],
-            "v_head_dim": d["v"],
-            "rope_theta": float(self.arg(node, "rope_theta")),
-            "interleave": self.arg(node, "rope_interleave"),
-            "rope_scaling": rope_scaling(node),
-            "scale": softmax_scale(node),
-            "eps": float(self.arg(node, "eps")),
-            "flash": self.arg(node, "flash"),
-        }
-
-    def helper_values(self, ops):
-        # One MLA cell serves the model: flash when any op asks for it, and the scaled
-        # frequencies' source when any scales rope.
-        return {"flash": any(op.setting("flash") for op in ops)} | scaled_rope_values(ops)
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        s = op.setting
-        hidden = op.params[0].shape[0]
-        make = (
-            f"MLA({hidden}, heads={s('heads')}, q_lora_rank={s('q_lora_rank')}, "
-            f"kv_lora_rank={s('kv_lora_rank')}, nope={s('nope')}, rope={s('rope')}, "
-            f"v_head_dim={s('v_head_dim')}, seq={model.seq}, "
-            f"rope_theta={s('rope_theta')!r}, interleave={s('interleave')}, "
-            f"scale={s('scale')!r}, eps={s('eps')!r}"
-        )
-        for role, strategy in op.strategies:
-            make += f", {role}={strategy}"
-        if s("rope_scaling"):
-            make += f", rope_scaling={scaling_source(s('rope_scaling'))}"
-        if s("flash"):
-            make += ", flash=True"
-        return Snippet(make + ")", f"self.{op.name}({x})", "mla")
+                roles.append((p.name, ((heads.batch_ways, w[0]), w)))
+        return tuple(roles) + (("core", (heads.strategy,)),)

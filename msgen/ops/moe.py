@@ -31,7 +31,7 @@ ops/operations/array_ops.py `TopK`); all run on the CPU.
 
 from __future__ import annotations
 
-from math import ceil, prod
+from math import prod
 
 from msgen.ops import moe_costs as costs
 from msgen.ops import moe_routing as routing
@@ -42,7 +42,6 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Param,
-    Snippet,
     declared,
     factors,
     lead,
@@ -51,17 +50,8 @@ from msgen.ops.base import (
     replace_last,
 )
 from msgen.ops.linear import without
-from msgen.ops.moe_rows import (
-    devices,
-    effective,
-    expert_rows,
-    expert_split,
-    imbalance,
-    maps_source,
-    named,
-    split_error,
-    tokens,
-)
+from msgen.ops.moe_geometry import MoeGeometry
+from msgen.ops.moe_rows import effective, expert_split, named, split_error
 
 # The stacked experts' and shared experts' matrices, per activation, and the dim
 # of each split over tp ("in": the ffn dim is the input, row parallel).
@@ -106,7 +96,6 @@ class Moe(OpDef):
         "shared_sigmoid",
     )
     composite = True
-    helpers = ("moe",)
     imports = (
         "import math",
         "from mindspore import Layout, Parameter, Tensor, nn, ops",
@@ -156,60 +145,13 @@ class Moe(OpDef):
             ("outer", (slots[:2] + (gate[2],), down)),
         )
 
-    def settings(self, node, ctx):
-        capacity = node.args.get("capacity")
-        return {
-            "experts": node.args["experts"],
-            "top_k": node.args["top_k"],
-            "ffn": node.args["ffn"],
-            "shared_ffn": self.arg(node, "shared_ffn"),
-            "gated": self.arg(node, "activation") == "swiglu",
-            **routing.settings(node),
-            "capacity": None if capacity is None else float(capacity),
-            "by_position": self.arg(node, "drop") == "position",
-            "permute": capacity is None,
-            # the Layouts' devices: the capacity path's always (its groups are dp),
-            # the dropless region's under semi-auto
-            "devices": devices(ctx) if capacity is not None or ctx.semi_auto else None,
-            "aux_loss": float(self.arg(node, "aux_loss")),
-            "z_loss": float(self.arg(node, "z_loss")),
-        }
-
-    def helper_values(self, ops):
-        # The MoE cell has the permuting dispatcher when some op of the model permutes.
-        # update_expert_bias when some moe op of the model has a correction bias
-        return {
-            "permute": any(op.setting("permute") for op in ops),
-            "biased": any(op.setting("bias_rate") is not None for op in ops),
-        }
+    def dropless(self, node) -> bool:
+        """No capacity: every routed copy computed, by the permuting dispatcher (under
+        semi-auto a Morph region), whose ep exchanges hand their counts to the host."""
+        return node.args.get("capacity") is None
 
     def buffers(self, node) -> dict[str, tuple[int, ...]]:
         return routing.buffers(node)
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        s = op.setting
-        hidden = op.params[0].shape[0]
-        make = (
-            f"MoE({hidden}, {s('experts')}, {s('top_k')}, {s('ffn')}, {s('shared_ffn')}, "
-            f"gated={s('gated')}, sigmoid={s('sigmoid')}, norm_topk={s('norm_topk')}, "
-            f"capacity={s('capacity')!r}, by_position={s('by_position')}"
-        )
-        make += f", router={op.strategy('router')}"
-        shared = [(role, split) for role, split in op.strategies if role.startswith("shared_")]
-        make += "".join(f", {role}={split}" for role, split in shared)
-        if s("capacity") is not None:
-            inner, outer = (maps_source(op.strategy(role)) for role in ("inner", "outer"))
-            make += f", inner={inner}, outer={outer}"
-        if s("devices"):
-            make += f", devices={s('devices')}"
-        make += routing.keywords(s)
-        aux = s("aux_loss") > 0 or s("z_loss") > 0 or s("seq_aux_loss") > 0
-        if aux:
-            make += f", aux_loss={s('aux_loss')!r}, z_loss={s('z_loss')!r}"
-        if s("seq_aux_loss") > 0:
-            make += f", seq_aux_loss={s('seq_aux_loss')!r}"
-        return Snippet(make + ")", f"self.{op.name}({x})", "moe", aux=aux)
 
     def active_params(self, node, params):
         """The router, the shared experts, and top_k of the experts (the published
@@ -273,7 +215,8 @@ class Moe(OpDef):
                 f"use an ep that divides {e} (and dp)",
             )
         shapes = self.param_shapes(node, [x.shape], ctx)
-        ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
+        g = MoeGeometry.of(node, x.shape, ctx)
+        ffn_axes = g.tp_axes
         dropless = node.args.get("capacity") is None
         params = [Param("router", shapes["router"], declared(node, "router", 2))]
         for name, shape in shapes.items():
@@ -299,10 +242,7 @@ class Moe(OpDef):
         need = replace_last(without(x.split, ffn_axes), ())
         out = out_declared(node, len(out_shape)) or need
         # the busiest rank's copies: padded to capacity, or times the load imbalance
-        rows = expert_rows(node, tokens(node, x.shape), ctx)
-        if dropless:
-            rows = ceil(rows * imbalance(node))
-        moved = rows * x.shape[-1]
+        moved = g.moved
         if not dropless:
             collectives = partial_sum(out, ffn_axes, prod(out_shape), "output")
         else:
@@ -333,7 +273,7 @@ class Moe(OpDef):
         slices' input gradients are gathered (the shared experts' partial sum
         all-reduced)."""
         back = tuple(c for c in layout.collectives if c.kind == "AllToAll")
-        tp = tuple(a for a in ("tp",) if ctx.mesh_sizes.get(a, 1) > 1)
+        tp = MoeGeometry.of(node, inputs[0].shape, ctx).tp_axes
         if not tp:
             return back
         x = prod(inputs[0].shape)

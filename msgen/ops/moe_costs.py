@@ -3,11 +3,9 @@ work it does, per micro-batch, as the estimate and the time model read them."""
 
 from __future__ import annotations
 
-from math import ceil
-
 from msgen.ops import moe_routing as routing
 from msgen.ops.base import Saved, Work, saved_operand, tensor_bytes
-from msgen.ops.moe_rows import expert_ffn_axes, expert_rows, groups, imbalance, tokens
+from msgen.ops.moe_geometry import MoeGeometry
 
 FP32 = 4
 INDEX = 4  # int32 expert indices
@@ -20,7 +18,7 @@ def saves(op, node, inputs, output, ctx):
     the permuted token copies [rows, hidden] (the experts' matmul input), each
     gated half and the activation [rows, ffn], and the experts' outputs
     [rows, hidden] (the un-permute buffer: the weights' gradient reads it);
-    rows are `expert_rows` times the load imbalance when dropless, where each tp
+    rows are `MoeGeometry.rows` (the copies times the load imbalance dropless), where each tp
     rank takes its own share of them and the experts' ffn dim is whole. With a
     capacity, the dispatch tensor and the combine tensor (dispatch times the
     router weights) [rows, group tokens] in the compute dtype: the backward of the
@@ -31,14 +29,10 @@ def saves(op, node, inputs, output, ctx):
     (x,) = inputs
     name, item = node.name, ctx.dtype_bytes
     lead = x.split[:-1]
-    n, h = tokens(node, x.shape), x.shape[-1]
-    e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
-    rows = expert_rows(node, n, ctx)
-    if node.args.get("capacity") is None:
-        rows = ceil(rows * imbalance(node))
+    g = MoeGeometry.of(node, x.shape, ctx)
+    n, h, e, k, f, rows = g.tokens, g.hidden, g.experts, g.top_k, g.ffn, g.rows
     tok_split = (tuple(a for dim in lead for a in dim), ())
-    ffn_axes = ("tp",) if ctx.mesh_sizes.get("tp", 1) > 1 else ()
-    expert_axes = expert_ffn_axes(node, ctx)
+    ffn_axes, expert_axes = g.tp_axes, g.expert_ffn_axes
     row_split = tok_split
     if expert_axes != ffn_axes and "tp" not in tok_split[0]:
         row_split = (tok_split[0] + ffn_axes, ())  # the dropless region's tp shares
@@ -56,10 +50,10 @@ def saves(op, node, inputs, output, ctx):
     if len(experts) == 3:
         saved.append(Saved(f"{name}.act", (rows, f), ffn_split, item, "internal"))
     saved.append(Saved(f"{name}.expert_out", (rows, h), row_split, item, "internal"))
-    if node.args.get("capacity") is not None:
-        group = n // groups(ctx)
+    if not g.dropless:
         for m in ("dispatch", "combine"):
-            saved.append(Saved(f"{name}.{m}", (rows, group), row_split, item, "internal"))
+            shape = (rows, g.group_tokens)
+            saved.append(Saved(f"{name}.{m}", shape, row_split, item, "internal"))
     s = op.arg(node, "shared_ffn")
     for m in shared[:-1]:
         saved.append(Saved(f"{name}.{m}", (n, s), (tok_split[0], ffn_axes), item, "internal"))
@@ -85,8 +79,8 @@ def work(op, node, inputs, output, ctx):
     activation and the weighted combine, over the routed copies dropless and the
     padded slots with a capacity."""
     (x,) = inputs
-    n, h = tokens(node, x.shape), x.shape[-1]
-    e, k, f = node.args["experts"], node.args["top_k"], node.args["ffn"]
+    g = MoeGeometry.of(node, x.shape, ctx)
+    n, h, e, k, f = g.tokens, g.hidden, g.experts, g.top_k, g.ffn
     experts, shared = op.matrices(node)
     s = op.arg(node, "shared_ffn")
     router = 2 * n * h * e
@@ -94,15 +88,12 @@ def work(op, node, inputs, output, ctx):
     shared_flops = len(shared) * 2 * n * h * s
     gated = op.arg(node, "shared_sigmoid")
     shared_flops += gated * 2 * n * h  # the gate's [hidden, 1] matmul
-    rows = expert_rows(node, n, ctx)
-    if node.args.get("capacity") is None:
-        rows = rows * imbalance(node)
-    kernel = router + int(len(experts) * 2 * rows * h * f) + shared_flops
-    if node.args.get("capacity") is not None:
+    kernel = router + int(len(experts) * 2 * g.loaded * h * f) + shared_flops
+    if not g.dropless:
         # dispatch and combine: per group [slots, group tokens] x [group tokens, h]
-        kernel += 2 * 2 * rows * (n // groups(ctx)) * h
+        kernel += 2 * 2 * g.rows * g.group_tokens * h
     item = ctx.dtype_bytes
-    copies = expert_rows(node, n, ctx)  # the routed copies, or the padded slots
+    copies = g.copies  # the routed copies, or the padded slots
     memory = (
         tensor_bytes(inputs[0])
         + tensor_bytes(output)

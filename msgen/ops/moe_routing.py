@@ -103,31 +103,6 @@ def buffers(node) -> dict[str, tuple[int, ...]]:
     return {name: (node.args["experts"],) for name in BUFFERS}
 
 
-def settings(node) -> dict:
-    g, top = groups(node)
-    return {
-        "sigmoid": value(node, "router") == "sigmoid",
-        "norm_topk": value(node, "norm_topk"),
-        "scaling": float(value(node, "routed_scaling")),
-        "bias_rate": float(value(node, "bias_rate")) if value(node, "expert_bias") else None,
-        "expert_groups": (g, top, value(node, "group_score")) if top < g else None,
-        "seq_aux_loss": float(value(node, "seq_aux_loss")),
-    }
-
-
-def keywords(s) -> str:
-    """The generated cell's routing arguments past the default (plain top-k) ones."""
-    out = ""
-    if s("scaling") != 1.0:
-        out += f", scaling={s('scaling')!r}"
-    if s("bias_rate") is not None:
-        out += f", bias_rate={s('bias_rate')!r}"
-    if s("expert_groups") is not None:
-        g, top, score = s("expert_groups")
-        out += f', expert_groups=({g}, {top}, "{score}")'
-    return out
-
-
 def selection_bytes(node, n: int) -> int:
     """Memory-bound bytes of choosing beyond the plain top-k: the biased scores
     written and read, the groups' scores and the masked scores over [n, experts] in

@@ -1,53 +1,11 @@
-"""The moe op's row counts and splits: how many token copies its experts compute over
-(the routed copies dropless, the padded slots with a capacity), GShard's groups, and
-how the experts and the dropless Morph region lie over the mesh. One home for what
-msgen/ops/moe.py's layout, saves and work and the generated cell's settings share,
-and the MSL210 refusal of a declared expert split other than the code's."""
+"""The moe op's splits: how the experts and the dropless Morph region lie over the mesh,
+one home for what msgen/ops/moe.py's layout and strategies and msgen/ops/moe_costs.py
+share, and the MSL210 refusal of a declared expert split other than the code's. Its
+numbers (tokens, groups, slots, rows) are msgen/ops/moe_geometry.py's."""
 
 from __future__ import annotations
 
-from math import ceil, prod
-
 from msgen.ops.base import OpError
-
-
-def tokens(node, x_shape) -> int:
-    return prod(x_shape[:-1])
-
-
-def groups(ctx) -> int:
-    """GShard's groups of a capacity: one per data-parallel rank (dp = ep x dp / ep),
-    each filling its experts' slots from its own tokens, as Megatron-LM's ranks do."""
-    return ctx.mesh_sizes.get("dp", 1)
-
-
-def slots(node, group_tokens: int) -> int:
-    """Each expert's slots in a group: ceil(group tokens * top_k / experts * factor)
-    (Megatron-LM's `get_capacity`), never more than the group's tokens (a token
-    chooses an expert once); the generated cell computes the same
-    (templates/ops/moe_capacity.py.j2 `MoE.slots`)."""
-    e, k = node.args["experts"], node.args["top_k"]
-    return min(group_tokens, ceil(group_tokens * k / e * node.args["capacity"]))
-
-
-def expert_rows(node, n_tokens: int, ctx) -> int:
-    """Rows the experts compute over, all experts together: the token copies
-    (tokens * top_k, dropless) or, with a capacity factor, every expert padded to its
-    slots in every group (the static shape graph mode compiles)."""
-    if node.args.get("capacity") is None:
-        return n_tokens * node.args["top_k"]
-    g = groups(ctx)
-    return g * node.args["experts"] * slots(node, n_tokens // g)
-
-
-def devices(ctx) -> tuple[int, int, int]:
-    """A stage's devices as the generated moe cell's Layouts lay them, [dp / ep, ep, tp]:
-    Megatron-LM's order (tp innermost, then ep), the ranks msgen/analysis/mesh.py
-    numbers, a MindSpore Layout's last device dim varying fastest
-    (mindspore/parallel/shard.py `Layout`: its rank_list is the row-major range)."""
-    sizes = ctx.mesh_sizes
-    ep = sizes.get("ep", 1)
-    return sizes.get("dp", 1) // ep, ep, sizes.get("tp", 1)
 
 
 def expert_ffn_axes(node, ctx) -> tuple[str, ...]:
@@ -90,10 +48,6 @@ def effective(split, ctx) -> tuple[tuple[str, ...], ...]:
     """`split` without the axes of size 1, which split nothing (as `expert_split`
     writes its own): `[ep, 1, tp]` with tp = 1 is `[ep, 1, 1]`."""
     return tuple(tuple(a for a in axes if ctx.mesh_sizes.get(a, 1) > 1) for axes in split)
-
-
-def imbalance(node) -> float:
-    return float(node.args.get("imbalance", 1.0))
 
 
 def split_error(node, name: str, split, code_split, dropless: bool) -> OpError:

@@ -8,7 +8,6 @@ from msgen.ops.base import (
     OpDef,
     OpError,
     Param,
-    Snippet,
     declared,
     factors,
     out_declared,
@@ -20,16 +19,6 @@ from msgen.ops.base import (
 class _Norm(OpDef):
     weights: tuple[str, ...] = ()
     cell = ""  # the helper cell's class
-
-    def settings(self, node, ctx):
-        return {"eps": float(self.arg(node, "eps"))}
-
-    def code(self, op, model):
-        (x,) = op.inputs
-        (hidden,) = op.params[0].shape
-        kernels = "".join(f", {role}={op.strategy(role)}" for role in self.fused_roles)
-        make = f"{self.cell}({hidden}, eps={op.setting('eps')!r}, norm={op.strategy('norm')}"
-        return Snippet(f"{make}{kernels})", f"self.{op.name}({x})", self.name)
 
     def shape(self, node, inputs, ctx):
         (x,) = inputs
@@ -71,7 +60,6 @@ class LayerNorm(_Norm):
     params = ("gamma", "beta")
     weights = ("gamma", "beta")
     inits = {"gamma": "ones", "beta": "zeros"}
-    helpers = ("layernorm",)
     imports = ("from mindspore import nn, ops",)
     cell = "LayerNorm"
 
@@ -85,7 +73,6 @@ class RmsNorm(_Norm):
     params = ("gamma",)
     weights = ("gamma",)
     inits = {"gamma": "ones"}
-    helpers = ("rmsnorm",)
     # RmsNorm(epsilon)(x, gamma) -> (y, rstd): ops/auto_generate/gen_ops_prim.py (2.10)
     imports = (
         "from mindspore import nn, ops",
