@@ -22,7 +22,7 @@ from msgen.analysis.mesh import RankMesh
 from msgen.compiler import analyze_text
 from msgen.estimate.time import Machine, group_bytes
 from msgen.ir.devices import DEVICES
-from msgen.ops import moe_rows
+from msgen.ops import moe_geometry
 from msgen.ops.base import Context
 from tests import emit_fixtures
 
@@ -130,7 +130,7 @@ def test_each_ranks_expert_group_is_megatrons_in_the_owner_and_the_generated_cod
     expert_ranks = generated_expert_ranks()
     # the device matrix the moe op hands the generated cell (`devices=`) is the owner's
     sizes = {"dp": dp, "tp": tp, "pp": pp, "ep": ep}
-    laid = moe_rows.devices(Context(mesh_sizes=sizes, dims={}, dtype_bytes=4))
+    laid = moe_geometry.devices(Context(mesh_sizes=sizes, dims={}, dtype_bytes=4))
     assert list(laid) == mesh.dev_matrix(expert=True)
     groups = megatron_groups({"tp": tp, "ep": ep, "dp": dp // ep, "pp": pp}, ("ep",))
     for rank in range(mesh.devices):

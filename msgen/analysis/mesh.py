@@ -18,7 +18,7 @@ Templates print what this owner computes (the strides, each stage's and each nod
 ranks, the strategy files' device matrices). Three pieces of generated code still find
 a rank's place at run time, since one file serves every rank; tests hold each to this
 owner: train.py's stage and dp index, from the strides printed here, and model.py's
-`expert_ranks`, from the stage's device matrix the moe op lays (msgen/ops/moe_rows.py
+`expert_ranks`, from the stage's device matrix the moe op lays (msgen/ops/moe_geometry.py
 `devices`, below this layer; tests/test_mesh.py), and rank_table.sh's RANK_ID, from
 its NODE_RANK (tests/test_launch.py: hccl.json's).
 """
