@@ -108,11 +108,18 @@ def judge(run: Run, t: Thresholds = DEFAULT) -> list[Alarm]:
 
 
 def merged(alarms: list[Alarm]) -> list[Alarm]:
-    """One alarm per kind and step, naming every rank it fired on."""
-    by_key: dict[tuple[str, int], tuple[Alarm, set[int]]] = {}
-    for a in sorted(alarms, key=lambda a: (a.step, KINDS.index(a.kind), a.ranks)):
-        by_key.setdefault((a.kind, a.step), (a, set()))[1].update(a.ranks)
-    return [Alarm(a.kind, a.step, tuple(sorted(ranks)), a.message) for a, ranks in by_key.values()]
+    """One alarm per kind and step, naming every rank it fired on (the first rank's
+    message). Grouped in sorted order, with no table of every key: a log alarming on
+    every other row holds half a million alarms."""
+    out = []
+    ordered = sorted(alarms, key=lambda a: (a.step, KINDS.index(a.kind), a.ranks))
+    for _, group in groupby(ordered, key=lambda a: (a.step, a.kind)):
+        first, *rest = group
+        if rest:
+            ranks = tuple(sorted({r for a in (first, *rest) for r in a.ranks}))
+            first = Alarm(first.kind, first.step, ranks, first.message)
+        out.append(first)
+    return out
 
 
 def streaks(flags: Iterable[bool], least: int = 1) -> Iterator[tuple[int, int]]:
