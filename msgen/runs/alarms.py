@@ -239,7 +239,8 @@ def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
             yield -math.inf < before < now < math.inf and steps[i] > warm
             before = now
 
-    fire("memory_growth", streaks(rises(), t.memory_rises) if any(map(math.isfinite, peaks)) else (),
+    growth = streaks(rises(), t.memory_rises) if any(map(math.isfinite, peaks)) else ()
+    fire("memory_growth", growth,
          lambda i, j: f"peak memory grew at {j - i + 1} steps in a row, "
          f"{r.value('peak_memory_bytes', i - 1) / 2**20:.1f} -> "
          f"{r.value('peak_memory_bytes', j) / 2**20:.1f} MiB" + steps_to(steps, i, j))  # fmt: skip
