@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import shutil
 from fnmatch import fnmatch
 from math import prod
@@ -48,6 +47,14 @@ def function(module: ast.Module, name: str) -> ast.FunctionDef:
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
     raise AssertionError(f"no function {name}")
+
+
+def constant(module: ast.Module, name: str):
+    """The literal value of the module-level `name = ...`."""
+    for node in module.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [name]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"no constant {name}")
 
 
 def method(module: ast.Module, cls: str, name: str) -> ast.FunctionDef:
@@ -345,15 +352,21 @@ def rule_strategy_file_per_rank(folder: Path) -> list[str]:
     `*.ckpt`: transform_checkpoints takes the last `*.ckpt` of a rank folder as its
     checkpoint and merge_pipeline_strategys globs them (parallel/checkpoint_transform.py);
     and it records every parameter, moments included (only_trainable_params off), since
-    a parameter missing from it is copied through unresharded."""
-    main = ast.unparse(function(ast.parse((folder / "train.py").read_text()), "main"))
+    a parameter missing from it is copied through unresharded. It is written under its
+    staged name until the start is accepted (a refused --resume leaves the folder as it
+    was), and that name must not match `*.ckpt` either."""
+    module = ast.parse((folder / "train.py").read_text())
+    main = ast.unparse(function(module, "main"))
     if not semi_auto(plan_of(folder)):
         return []
-    saved = re.findall(r"step_cell\.save_param_strategy_file\(str\(folder / '([^']+)'\)\)", main)
-    if not saved:
+    if "step_cell.save_param_strategy_file(str(staged(folder, STRATEGY_FILE)))" not in main:
         return ["no parallel strategy file in the rank's folder"]
+    names = [constant(module, "STRATEGY_FILE")]
+    names.append(Path(names[0]).stem + ".partial.json")  # staged()'s name for it
+    if ast.unparse(function(module, "staged")).find("{Path(name).stem}.partial.json") < 0:
+        return ["the staged strategy file is not <stem>.partial.json"]
     problems = [
-        f"the strategy file {name} matches *.ckpt" for name in saved if fnmatch(name, "*.ckpt")
+        f"the strategy file {name} matches *.ckpt" for name in names if fnmatch(name, "*.ckpt")
     ]
     if "step_cell.disable_strategy_file_only_for_trainable_params()" not in main:
         problems.append("the strategy file records trainable parameters only")
@@ -469,8 +482,8 @@ BREAKS = {
     rule_strategy_file_per_rank: (
         "llama13b",
         "train.py",
-        'step_cell.save_param_strategy_file(str(folder / "strategy.json"))',
-        'step_cell.save_param_strategy_file(str(folder / "strategy.ckpt"))',
+        'STRATEGY_FILE = "strategy.json"',
+        'STRATEGY_FILE = "strategy.ckpt"',
     ),
     rule_lazy_inline_on_ascend: ("gpt7b", "model.py", "    @lazy_inline_on_ascend\n", ""),
     rule_parallel_mode_follows_the_mesh: (

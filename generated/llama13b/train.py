@@ -876,6 +876,34 @@ def run_files(folder):
     return sorted(found + [log] if os.path.lexists(log) else found)
 
 
+# Files a start writes before it is accepted, that is before --resume has loaded its
+# checkpoint into the compiled step (only then do the slices' shapes say whether it was
+# saved under this mesh): the strategy file MindSpore writes when the step compiles and
+# --rehearse's rehearsal.json. Each is written under a staged name and renamed once the
+# run goes on, so that a refused --resume leaves the folder as it was. The staged name
+# keeps the .json extension, by which MindSpore writes JSON (context.py,
+# strategy_ckpt_config), and matches no `*.ckpt` glob.
+STRATEGY_FILE = "strategy.json"
+REHEARSAL_FILE = "rehearsal.json"
+
+
+def staged(folder, name):
+    """Where `name` is written until the start is accepted: <stem>.partial.json."""
+    return folder / f"{Path(name).stem}.partial.json"
+
+
+def settle_staged(folder, accepted):
+    """The staged files renamed to their names if the start is `accepted`, else removed."""
+    for name in (STRATEGY_FILE, REHEARSAL_FILE):
+        path = staged(folder, name)
+        if not path.exists():
+            continue
+        if accepted:
+            path.replace(folder / name)
+        else:
+            path.unlink()
+
+
 def prepare_output(args, rank):
     """This rank's folder, before anything is built: made if need be; one that
     already holds a run is refused unless --resume or --overwrite (which removes
@@ -1160,8 +1188,9 @@ def main():
         # extension, context.py strategy_ckpt_config), so that no `*.ckpt` glob of
         # the rank folder takes it for a checkpoint: transform_checkpoints uses the
         # last `*.ckpt` there (parallel/checkpoint_transform.py). Every parameter,
-        # moments included, or a missing one is copied through unresharded.
-        step_cell.save_param_strategy_file(str(folder / "strategy.json"))
+        # moments included, or a missing one is copied through unresharded. Staged
+        # until the start is accepted (settle_staged).
+        step_cell.save_param_strategy_file(str(staged(folder, STRATEGY_FILE)))
         step_cell.disable_strategy_file_only_for_trainable_params()
     state = state_parameters(network, optimizer)
     # Compile first: under semi-auto parallel the parameters take their slice shapes then.
@@ -1174,7 +1203,7 @@ def main():
         print(f"compiled in {time.perf_counter() - compile_began:.1f} s", flush=True)
     state = own_state(state, sliced=distributed)
     if args.rehearse:
-        write_rehearsal(folder / "rehearsal.json", step_cell)
+        write_rehearsal(staged(folder, REHEARSAL_FILE), step_cell)
 
     if args.dryrun:
         # MindSpore's dry run (launch/dryrun.sh: msrun --sim_level 1 --sim_rank_id R):
@@ -1182,12 +1211,18 @@ def main():
         # compiling and one step are what report this rank's peak memory.
         tokens, labels = next(batches(shards, shard, 0))
         step_cell(Tensor(tokens), Tensor(labels))
+        settle_staged(folder, accepted=True)
         print(f"rank {rank}: dry run compiled and ran one step", flush=True)
         return
 
-    start = restore(folder, state, chosen) if args.resume else 0
-    if args.init_from:
-        init_weights(args.init_from, rank, network, distributed)
+    try:
+        start = restore(folder, state, chosen) if args.resume else 0
+        if args.init_from:
+            init_weights(args.init_from, rank, network, distributed)
+    except BaseException:  # a refused start leaves the folder as it was
+        settle_staged(folder, accepted=False)
+        raise
+    settle_staged(folder, accepted=True)
     data = batches(shards, shard, start)
     write_run_json(folder, rank, world, start)
     print(

@@ -57,6 +57,7 @@ KINDS = (
     "memory_growth",
 )
 ROBUST = 1.4826  # MAD x this = the standard deviation of normal noise
+SPIKE_BLOCK = 64  # rows a spike search passes over at once when none can be a spike
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,18 @@ def judge(run: Run, t: Thresholds = DEFAULT) -> list[Alarm]:
 
 
 def merged(alarms: list[Alarm]) -> list[Alarm]:
-    """One alarm per kind and step, naming every rank it fired on."""
-    by_key: dict[tuple[str, int], tuple[Alarm, set[int]]] = {}
-    for a in sorted(alarms, key=lambda a: (a.step, KINDS.index(a.kind), a.ranks)):
-        by_key.setdefault((a.kind, a.step), (a, set()))[1].update(a.ranks)
-    return [Alarm(a.kind, a.step, tuple(sorted(ranks)), a.message) for a, ranks in by_key.values()]
+    """One alarm per kind and step, naming every rank it fired on (the first rank's
+    message). Grouped in sorted order, with no table of every key: a log alarming on
+    every other row holds half a million alarms."""
+    out = []
+    ordered = sorted(alarms, key=lambda a: (a.step, KINDS.index(a.kind), a.ranks))
+    for _, group in groupby(ordered, key=lambda a: (a.step, a.kind)):
+        first, *rest = group
+        if rest:
+            ranks = tuple(sorted({r for a in (first, *rest) for r in a.ranks}))
+            first = Alarm(first.kind, first.step, ranks, first.message)
+        out.append(first)
+    return out
 
 
 def streaks(flags: Iterable[bool], least: int = 1) -> Iterator[tuple[int, int]]:
@@ -155,20 +163,40 @@ def spikes(r: RankLog, column: str, warm: int, k: float, floor, t: Thresholds):
     # no spike; and level + k floors grows with the level (k x floor[0] < 1), which is
     # at least the lowest recent value: a value within k floors of that is none either.
     monotone = k * floor[0] < 1
-    for i, value in enumerate(r.numbers(column)):
-        if not math.isfinite(value):
+
+    def bound(low: float) -> float:
+        return low + k * max(floor[0] * abs(low), floor[1])
+
+    values = r.numbers(column)
+    for start in range(0, len(values), SPIKE_BLOCK):
+        block = values[start : start + SPIKE_BLOCK]
+        finite_values = list(filter(math.isfinite, block))
+        if not finite_values:
             continue
-        if steps[i] > warm and seen >= t.min_history:
-            low = min(recent)
-            if not monotone or value > low + k * max(floor[0] * abs(low), floor[1]):
-                level = middle(recent)
-                if value > level + k * max(floor[0] * abs(level), floor[1]):
-                    high = robust_high(value, list(history), t, k, floor)
-                    if high is not None:
-                        yield i, high
-        history.append(value)
-        recent.append(value)
-        seen += 1
+        # A block whose highest value is within k floors of the lowest value any of
+        # its levels can have (the block's and the 5 before it) holds no spike: bound
+        # grows with its argument. Its values only go into the history, at C speed.
+        if monotone and max(finite_values) <= bound(
+            min(min(finite_values), min(recent, default=math.inf))
+        ):
+            history.extend(finite_values)
+            recent.extend(finite_values)
+            seen += len(finite_values)
+            continue
+        for i, value in enumerate(block, start):
+            if not math.isfinite(value):
+                continue
+            if steps[i] > warm and seen >= t.min_history:
+                low = min(recent)
+                if not monotone or value > bound(low):
+                    level = middle(recent)
+                    if value > bound(level):
+                        high = robust_high(value, list(history), t, k, floor)
+                        if high is not None:
+                            yield i, high
+            history.append(value)
+            recent.append(value)
+            seen += 1
 
 
 def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
@@ -182,12 +210,17 @@ def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
     def loss(i):
         return r.value("loss", i)
 
-    fire("nonfinite_loss", streaks(x is not None and not math.isfinite(x) for x in r.values("loss")),
-         lambda i, j: f"the loss is {loss(i):g}" + steps_to(steps, i, j))  # fmt: skip
-    fire("skipped_updates",
-         streaks((x >= 1 for x in r.numbers("skipped")), t.skipped_run),
-         lambda i, j: f"{j - i + 1} updates in a row skipped (gradients not finite)"
-         + steps_to(steps, i, j))  # fmt: skip
+    # Each rule first asks at C speed whether its column holds a row it could fire on
+    # (a healthy log's do not), and walks the rows only then.
+    if not all(map(math.isfinite, r.numbers("loss"))):  # NaN also where a row has none
+        fire("nonfinite_loss", streaks(x is not None and not math.isfinite(x)
+                                       for x in r.values("loss")),
+             lambda i, j: f"the loss is {loss(i):g}" + steps_to(steps, i, j))  # fmt: skip
+    skipped = r.numbers("skipped")
+    if any(map((1.0).__le__, skipped)):
+        fire("skipped_updates", streaks(map((1.0).__le__, skipped), t.skipped_run),
+             lambda i, j: f"{j - i + 1} updates in a row skipped (gradients not finite)"
+             + steps_to(steps, i, j))  # fmt: skip
     for kind, column, k, floor in (
         ("loss_spike", "loss", t.loss_k, t.loss_floor),
         ("grad_norm_spike", "grad_norm", t.grad_k, t.grad_floor),
@@ -198,13 +231,16 @@ def rank_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
             f"level {m[i]:.4g}"))  # fmt: skip
     out += valid_alarms(r, warm, t)
 
+    peaks = r.numbers("peak_memory_bytes")
+
     def rises():
-        before = None
-        for i, now in enumerate(r.numbers("peak_memory_bytes")):
-            yield steps[i] > warm and finite(now) and finite(before) and now > before
+        before = math.nan  # no value (NaN) on either side is no rise: comparisons are false
+        for i, now in enumerate(peaks):
+            yield -math.inf < before < now < math.inf and steps[i] > warm
             before = now
 
-    fire("memory_growth", streaks(rises(), t.memory_rises),
+    growth = streaks(rises(), t.memory_rises) if any(map(math.isfinite, peaks)) else ()
+    fire("memory_growth", growth,
          lambda i, j: f"peak memory grew at {j - i + 1} steps in a row, "
          f"{r.value('peak_memory_bytes', i - 1) / 2**20:.1f} -> "
          f"{r.value('peak_memory_bytes', j) / 2**20:.1f} MiB" + steps_to(steps, i, j))  # fmt: skip
@@ -235,7 +271,7 @@ def valid_alarms(r: RankLog, warm: int, t: Thresholds) -> list[Alarm]:
     that, again only once the validation loss has reached a new best."""
     rows, values, best = array("q"), array("d"), array("d")  # per evaluation
     for i, v in enumerate(r.numbers("valid_loss")):
-        if finite(v):
+        if math.isfinite(v):
             rows.append(i)
             values.append(v)
             best.append(min(v, best[-1]) if best else v)
@@ -287,6 +323,13 @@ def timed_steps(run: Run) -> Iterator[tuple[int, list[tuple[float, int]]]]:
     times besides the columns."""
     columns = [r.numbers("step_time") for r in run.ranks]  # NaN: no time
     first = run.ranks[0].steps
+    if len(columns) == 1:  # one rank: its times are the step's, nothing to sort
+        rank = run.ranks[0].rank
+        start = bisect_left(first, 2)
+        for step, took in zip(first[start:], columns[0][start:]):
+            if 0 < took < math.inf:
+                yield step, [(took, rank)]
+        return
     if all(r.steps == first for r in run.ranks):
         ranks = [r.rank for r in run.ranks]
         at_steps = ((step, zip(took, ranks)) for step, took in zip(first, zip(*columns)))
@@ -336,13 +379,15 @@ def timing_alarms(run: Run, warm: int, t: Thresholds) -> list[Alarm]:
                 f"slower than the other ranks {n} steps in a row, {low:.2f}x to {high:.2f}x "
                 f"their median (steps {first}-{last})")))  # fmt: skip
 
+    least, factor, window = t.min_history, t.slow_factor, t.window  # locals: a loop per step
     for step, times in timed_steps(run):
         quickest = times[0][0]
-        mid = None
-        if len(ordered) >= t.min_history:
-            h = len(ordered)  # sorted already
+        h = len(ordered)  # sorted already; its median is at least its lowest, ordered[0]
+        if step > warm and h >= least and quickest > factor * ordered[0]:
             mid = ordered[h // 2] if h % 2 else (ordered[h // 2 - 1] + ordered[h // 2]) / 2
-        if step > warm and mid is not None and quickest > t.slow_factor * mid:
+        else:
+            mid = None
+        if mid is not None and quickest > factor * mid:
             if slow is None:
                 slow = [step, tuple(sorted(rank for _, rank in times)), mid, step, 0, quickest]
             slow[3:] = [step, slow[4] + 1, max(slow[5], quickest)]
@@ -351,9 +396,11 @@ def timing_alarms(run: Run, warm: int, t: Thresholds) -> list[Alarm]:
             slow = None
         fastest.append(quickest)
         insort(ordered, quickest)
-        if len(fastest) > t.window:
+        if h >= window:
             del ordered[bisect_left(ordered, fastest.popleft())]
-        for p, (took, rank) in enumerate(times if len(times) > 1 else ()):
+        if len(times) == 1:
+            continue  # no other rank to be slower than
+        for p, (took, rank) in enumerate(times):
             ratio = took / others_median(times, p)
             if step > warm and ratio > t.straggler_factor:
                 s = late.setdefault(rank, [step, step, 0, ratio, ratio])

@@ -12,6 +12,11 @@ from msgen.runs.alarms import KINDS, Alarm
 from msgen.runs.logs import Run
 from msgen.runs.summary import Comparison, Summary, Versus
 
+# The alarms listed of each kind, the first by step: a log that alarms on every other row
+# (a million rows, half a million alarms) still gives a report one reads; the rest of a
+# kind are counted, with the steps they span.
+ALARMS_LISTED = 20
+
 
 class _Data(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -83,6 +88,17 @@ class AlarmReport(_Data):
     message: str
 
 
+class LeftOffReport(_Data):
+    kind: str = Field(json_schema_extra={"enum": list(KINDS)})
+    count: int = Field(description="the alarms of this kind past those listed")
+    first_step: int = Field(description="the step the first of them shows at")
+    last_step: int = Field(description="the step the last of them shows at")
+
+    def line(self) -> str:
+        """How the text and HTML reports say it."""
+        return f"and {self.count:,} more {self.kind} (steps {self.first_step}-{self.last_step})"
+
+
 class RunReport(_Data):
     run: str
     world: int
@@ -91,7 +107,12 @@ class RunReport(_Data):
     provenance: dict | None = Field(description="the reference rank's newest run.json segment")
     summary: SummaryReport
     predicted: ComparisonReport | None
-    alarms: list[AlarmReport]
+    alarms: list[AlarmReport] = Field(
+        description=f"by step: the first {ALARMS_LISTED} of each kind (alarms_left_off counts "
+        "the rest)"
+    )
+    alarms_left_off: list[LeftOffReport] = Field(description="per kind, the alarms not listed")
+    alarm_count: int = Field(description="every alarm, listed or left off")
     healthy: bool = Field(description="no alarm (exit status 0; 1 otherwise)")
 
 
@@ -120,6 +141,7 @@ def run_report(
     run: Run, summary: Summary, alarms: list[Alarm], comparison: Comparison | None
 ) -> RunReport:
     ref = run.rank(summary.rank)
+    listed, left = bounded(alarms)
     return RunReport(
         run=run.folder.as_posix(),
         world=run.world,
@@ -142,7 +164,26 @@ def run_report(
             AlarmReport(
                 kind=a.kind, step=a.step, rank=a.rank, ranks=list(a.ranks), message=a.message
             )
-            for a in alarms
+            for a in listed
         ],
+        alarms_left_off=[
+            LeftOffReport(kind=kind, count=n, first_step=first, last_step=last)
+            for kind, (n, first, last) in sorted(left.items(), key=lambda x: KINDS.index(x[0]))
+        ],
+        alarm_count=len(alarms),
         healthy=not alarms,
     )
+
+
+def bounded(alarms: list[Alarm]) -> tuple[list[Alarm], dict[str, tuple[int, int, int]]]:
+    """The first ALARMS_LISTED alarms of each kind (in the given order, by step), and for
+    each kind with more: (how many more, the first's step, the last's step)."""
+    listed, seen, left = [], dict.fromkeys(KINDS, 0), {}
+    for a in alarms:
+        seen[a.kind] += 1
+        if seen[a.kind] <= ALARMS_LISTED:
+            listed.append(a)
+            continue
+        n, first, _ = left.get(a.kind, (0, a.step, a.step))
+        left[a.kind] = (n + 1, first, a.step)
+    return listed, left

@@ -235,6 +235,8 @@ def render_html(run: Run, report: RunReport, summary_text: str) -> str:
              "message": escape(a.message)}
             for a in report.alarms
         ],  # fmt: skip
+        left_off=[escape(x.line()) for x in report.alarms_left_off],
+        alarm_count=f"{report.alarm_count:,}",
         text=escape(summary_text),
         panels=drawn,
     )

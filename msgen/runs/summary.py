@@ -118,7 +118,8 @@ def summarize(run: Run, t: Thresholds = DEFAULT, per_step: int | None = None) ->
         loss_trend_per_100_steps=None if trend is None else trend * 100,
         valid_loss=valid[-1][1] if valid else None,
         valid_step=valid[-1][0] if valid else None,
-        skipped=sum(1 for _, x in ref.series("skipped") if x >= 1),  # a row is a step's update
+        # a row is a step's update; NaN (no value) is not >= 1
+        skipped=sum(map((1.0).__le__, ref.numbers("skipped"))),
         timed_from=first,
         step_time_s=step_time,
         step_time_p10_s=cuts[0] if cuts else step_time,

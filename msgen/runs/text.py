@@ -82,10 +82,11 @@ def render(report: RunReport) -> str:
         ]
         lines += [r for r in rows if r is not None]
     if report.alarms:
-        lines.append(f"{len(report.alarms)} alarm{'s' if len(report.alarms) > 1 else ''}:")
+        lines.append(f"{report.alarm_count:,} alarm{'s' if report.alarm_count > 1 else ''}:")
         for a in report.alarms:
             who = f"rank {a.rank}" if len(a.ranks) == 1 else f"ranks {spans(a.ranks)}"
             lines.append(f"  step {a.step}, {who}: {a.kind}: {printable(a.message)}")
+        lines += [f"  {x.line()}" for x in report.alarms_left_off]
     else:
         lines.append("no alarms")
     return "\n".join(lines) + "\n"
