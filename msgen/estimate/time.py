@@ -7,7 +7,7 @@ another, and a fixed overhead per kernel (which is what makes small ops
 inefficient). Backward is each op's `backward_work`; recompute reruns the
 forward (compute and collectives) of the ops it recomputes. Collectives are
 ring-costed on the tier their groups span, the server's links when each group lies
-inside one server as the mesh's owner lays the ranks (msgen/analysis/mesh.py), else
+inside one server as the mesh's owner lays the ranks (msgen/ir/mesh.py), else
 the network (all-reduce 2(n-1)/n of the bytes,
 all-gather and reduce-scatter (n-1)/n, plus a latency per step); the device's
 `tp_overlap` share of the tensor-parallel ones hidden behind the matmuls, except
@@ -30,7 +30,6 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from msgen.analysis.facts import OpFacts, context
-from msgen.analysis.mesh import RankMesh, replica_axes
 from msgen.analysis.optimizer_shard import shard_size
 from msgen.analysis.plan import Plan
 from msgen.estimate.flops import (
@@ -46,6 +45,7 @@ from msgen.estimate.kernels import ALL_FUSED, as_run, generated, paths, priced
 from msgen.estimate.memory import Estimate, precision, slice_shape, stage_params
 from msgen.ir.devices import Device, Link
 from msgen.ir.fieldwise import Fieldwise
+from msgen.ir.mesh import RankMesh, replica_axes
 from msgen.ir.models import Spec
 from msgen.ir.schema import LossScale
 from msgen.ops import OPS
@@ -116,15 +116,13 @@ class Machine:
         return self.collective_time(c.kind, group_bytes, n, self.link(c.axes))
 
 
-def group_bytes(c: Collective, layout: Layout, sizes: dict[str, int], itemsize: int) -> float:
+def group_bytes(c: Collective, layout: Layout, mesh: RankMesh, itemsize: int) -> float:
     """Bytes of the tensor one group of the collective's axes handles: its logical
-    elements over the other axes the op splits things over (its work `within` too)."""
+    elements over the ranks of the other axes the op splits things over (its work
+    `within` too), as the mesh's owner counts them (an ep group is ep of the dp ranks)."""
     axes = {a for split in (*layout.inputs, layout.output) for dim in split for a in dim}
     axes |= set(layout.within)
-    others = prod(sizes.get(a, 1) for a in axes - set(c.axes))
-    if "ep" in c.axes and "dp" in axes:
-        others //= sizes.get("ep", 1)  # an ep group is ep of the dp ranks
-    return c.elements * itemsize / others
+    return c.elements * itemsize / mesh.size(tuple(sorted(axes)), without=c.axes)
 
 
 @dataclass(frozen=True)
@@ -143,7 +141,7 @@ def op_cost(of: OpFacts, ctx: Context, machine: Machine) -> OpCost:
 
     def comm(collectives) -> float:
         return sum(
-            machine.axes_time(c, group_bytes(c, layout, machine.sizes, ctx.dtype_bytes))
+            machine.axes_time(c, group_bytes(c, layout, machine.mesh, ctx.dtype_bytes))
             for c in collectives
         )
 
