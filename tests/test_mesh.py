@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from msgen.compiler import analyze_text
-from msgen.estimate.time import Machine, group_bytes
+from msgen.estimate.op_time import Machine, group_bytes
 from msgen.ir.devices import DEVICES
 from msgen.ir.mesh import RankMesh
 from msgen.ops import moe_geometry

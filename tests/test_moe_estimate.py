@@ -16,7 +16,8 @@ from msgen.compiler import analyze_text
 from msgen.estimate.activations import saved_bytes
 from msgen.estimate.flops import op_work
 from msgen.estimate.memory import estimate, param_states, precision
-from msgen.estimate.time import Machine, group_bytes, step_time
+from msgen.estimate.op_time import Machine, group_bytes
+from msgen.estimate.time import step_time
 from msgen.ir.devices import DEVICES
 from msgen.ir.mesh import RankMesh
 
@@ -347,7 +348,7 @@ def test_the_experts_gradients_are_reduced_over_the_ranks_holding_them(moe_args,
     (EXPERT_REDUCTION): over the ranks of the stage holding the same experts, not over
     all dp = 4 of them, on the link that group spans as the mesh lays the ranks (tp
     innermost, then ep: rank 4 is on the second server of 4 devices)."""
-    from msgen.estimate.time import dp_comm
+    from msgen.estimate.update_time import dp_comm
 
     result = analysed(moe_args, zero=0)
     gate = next(p for p in moe_facts(result).params if p.name == "gate")
