@@ -13,12 +13,13 @@ import pytest
 from emit_fixtures import ROOT, compiled, plan
 
 from msgen.analysis.facts import context
-from msgen.analysis.mesh import RankMesh
 from msgen.estimate.flops import graph_ops
 from msgen.estimate.kernels import KERNELS, generated, paths
 from msgen.estimate.memory import estimate
-from msgen.estimate.time import Machine, op_cost, step_time
+from msgen.estimate.op_time import Machine, op_cost
+from msgen.estimate.time import step_time
 from msgen.ir.devices import DEVICES
+from msgen.ir.mesh import RankMesh
 from msgen.ops.base import tensor_bytes
 
 PUBLISHED = json.loads((ROOT / "specs" / "validation" / "published.json").read_text())

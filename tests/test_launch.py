@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from msgen.analysis.mesh import RankMesh
 from msgen.emit.launch import (
     LaunchContext,
     dryrun_script,
@@ -22,6 +21,7 @@ from msgen.emit.launch import (
     rank_table_json,
     rank_table_script,
 )
+from msgen.ir.mesh import RankMesh
 from tests.doctor_fakes import VENV_BIN, free_port
 from tests.oracles import require
 

@@ -1,4 +1,4 @@
-"""The mesh's one owner (msgen/analysis/mesh.py) against Megatron-LM's rank groups, and
+"""The mesh's one owner (msgen/ir/mesh.py) against Megatron-LM's rank groups, and
 the groups plan.json lists against the generated code's own: expert groups inside a
 server where ep x tp fits one, as Megatron-LM lays them.
 
@@ -18,10 +18,10 @@ from math import prod
 import numpy as np
 import pytest
 
-from msgen.analysis.mesh import RankMesh
 from msgen.compiler import analyze_text
-from msgen.estimate.time import Machine, group_bytes
+from msgen.estimate.op_time import Machine, group_bytes
 from msgen.ir.devices import DEVICES
+from msgen.ir.mesh import RankMesh
 from msgen.ops import moe_geometry
 from msgen.ops.base import Context
 from tests import emit_fixtures
@@ -128,16 +128,34 @@ def test_each_ranks_expert_group_is_megatrons_in_the_owner_and_the_generated_cod
     owner's."""
     mesh = RankMesh(dp, tp, pp, ep, per_node=8)
     expert_ranks = generated_expert_ranks()
-    # the device matrix the moe op hands the generated cell (`devices=`) is the owner's
+    # The device matrix the moe op hands the generated cell (`devices=`, which asks the
+    # owner) is a stage of Megatron-LM's grid, outermost first.
     sizes = {"dp": dp, "tp": tp, "pp": pp, "ep": ep}
     laid = moe_geometry.devices(Context(mesh_sizes=sizes, dims={}, dtype_bytes=4))
-    assert list(laid) == mesh.dev_matrix(expert=True)
+    grid = np.arange(mesh.devices).reshape(pp, dp // ep, ep, tp)
+    assert list(laid) == list(grid.shape[1:])
     groups = megatron_groups({"tp": tp, "ep": ep, "dp": dp // ep, "pp": pp}, ("ep",))
     for rank in range(mesh.devices):
         (group,) = [g for g in groups if rank in g]
         assert mesh.expert_group(rank) == (tuple(group), group.index(rank)), rank
-        ranks, index = expert_ranks(rank, mesh.dev_matrix(expert=True))
-        assert (tuple(ranks), index) == mesh.expert_group(rank), rank
+        ranks, index = expert_ranks(rank, laid)
+        assert (list(ranks), index) == (group, group.index(rank)), rank
+
+
+@pytest.mark.parametrize("dp, tp, pp, ep", MESHES)
+def test_a_groups_size_without_some_axes_counts_megatrons_groups_inside_it(dp, tp, pp, ep):
+    """The ranks of a group over dp (or dp and tp) less the coordinates ep varies are
+    how many of Megatron-LM's ep groups one such group holds (dp / ep, dp / ep x tp):
+    what the estimate divides a tensor split over those axes by for the bytes one ep
+    group's all-to-all moves."""
+    mesh = RankMesh(dp, tp, pp, ep, per_node=8)
+    expert = {"tp": tp, "ep": ep, "dp": dp // ep, "pp": pp}
+    ep_groups = megatron_groups(expert, ("ep",))
+    for axes, dims in ((("dp",), ("ep", "dp")), (("dp", "tp"), ("tp", "ep", "dp"))):
+        for outer in megatron_groups(expert, dims):
+            inside = [g for g in ep_groups if set(g) <= set(outer)]
+            assert mesh.size(axes, without="ep") == len(inside), (axes, outer)
+    assert mesh.size(("dp", "tp"), without="tp") == dp
 
 
 def test_a_group_that_fits_a_servers_size_can_still_straddle_two():
@@ -220,7 +238,7 @@ def test_an_all_to_all_pays_the_link_its_group_spans(tmp_path, dp, tp, want):
     sizes = {"dp": m.dp, "tp": m.tp, "pp": m.pp, "ep": m.ep}
     device = DEVICES["ascend910b"]
     machine = Machine(device, device.matmul_flops["fp32"], RankMesh.of(result.spec), sizes)
-    got = machine.axes_time(dispatch, group_bytes(dispatch, of.layout, sizes, 4))
+    got = machine.axes_time(dispatch, group_bytes(dispatch, of.layout, machine.mesh, 4))
     assert abs(got - want) < 1e-12 * want
 
 

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 
 from msgen.analysis.facts import context
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
 from msgen.compiler import analyze_text
 from msgen.estimate.activations import saved_bytes
 from msgen.estimate.flops import op_work
 from msgen.estimate.memory import estimate, param_states, precision
-from msgen.estimate.time import Machine, group_bytes, step_time
+from msgen.estimate.op_time import Machine, group_bytes
+from msgen.estimate.time import step_time
 from msgen.ir.devices import DEVICES
+from msgen.ir.mesh import RankMesh
 
 SPEC = Path(__file__).resolve().parent / "specs" / "tiny_moe.msl"
 
@@ -211,14 +212,14 @@ def test_all_to_all_time_by_hand():
     dropless = analysed()
     of = moe_facts(dropless)
     dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
-    assert group_bytes(dispatch, of.layout, sizes(dropless), 4) == 65536
+    assert group_bytes(dispatch, of.layout, RankMesh.of(dropless.spec), 4) == 65536
     result = analysed("capacity = 1.0, ")
     of = moe_facts(result)
     dispatch = next(c for c in of.layout.collectives if c.what == "dispatch")
     assert dispatch.kind == "AllToAll" and dispatch.axes == ("ep",)
     device = DEVICES["ascend910b"]
     machine = Machine(device, device.matmul_flops["fp32"], RankMesh.of(result.spec), sizes(result))
-    gb = group_bytes(dispatch, of.layout, sizes(result), 4)
+    gb = group_bytes(dispatch, of.layout, machine.mesh, 4)
     assert gb == 131072
     link = device.intra
     want = 0.5 * 65536 / link.bus_bandwidth(2) + link.latency
@@ -347,7 +348,7 @@ def test_the_experts_gradients_are_reduced_over_the_ranks_holding_them(moe_args,
     (EXPERT_REDUCTION): over the ranks of the stage holding the same experts, not over
     all dp = 4 of them, on the link that group spans as the mesh lays the ranks (tp
     innermost, then ep: rank 4 is on the second server of 4 devices)."""
-    from msgen.estimate.time import dp_comm
+    from msgen.estimate.update_time import dp_comm
 
     result = analysed(moe_args, zero=0)
     gate = next(p for p in moe_facts(result).params if p.name == "gate")

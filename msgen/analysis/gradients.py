@@ -27,8 +27,8 @@ gradient is in `accu_grads`.
 
 from __future__ import annotations
 
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
+from msgen.ir.mesh import RankMesh
 from msgen.ir.models import Split
 
 MIRROR = "mirror"  # the gradient the parameter's mirror returns

@@ -27,7 +27,7 @@ from __future__ import annotations
 from functools import cache
 from math import prod
 
-from msgen.analysis.mesh import RankMesh
+from msgen.ir.mesh import RankMesh
 
 HSDP_THRESHOLD = 64 * 1024  # bytes: hsdp(threshold=64), in KB, train.py's default
 

@@ -19,7 +19,7 @@ those msgen leaves out included.
   ascend910_93 and 310P, and the 910A has no MC2 kernels), when the matmuls compute
   in fp16 or bf16, the only dtypes the pass fuses; and on every Ascend
   device `grad_matmul_communication_overlap` (the tp collectives of backward run
-  beside the weight-gradient matmuls, as the time model assumes: msgen/estimate/time.py).
+  beside the weight-gradient matmuls, as the time model assumes: msgen/estimate/op_time.py).
 """
 
 from __future__ import annotations

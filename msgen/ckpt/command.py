@@ -17,7 +17,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.analysis.mesh import RankMesh
 from msgen.base.status import EXIT_OK
 from msgen.ckpt.ckptfile import tensor_shapes
 from msgen.ckpt.expected import (
@@ -31,6 +30,7 @@ from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE, stage
 from msgen.ckpt.source import Source, read_source
 from msgen.ckpt.transform import merged_strategy, transform
 from msgen.diagnostics import printable
+from msgen.ir.mesh import RankMesh
 
 
 @dataclass(frozen=True)

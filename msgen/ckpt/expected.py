@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.analysis.mesh import RankMesh
 from msgen.base.status import UsageError
 from msgen.ckpt.slices import LayoutError, slice_shape
 from msgen.diagnostics import printable
+from msgen.ir.mesh import RankMesh
 
 MOMENTS = ("adam_m.", "adam_v.")  # train.py's AdamW clones each parameter twice
 # what train.py saves beside parameters and moments (the step counters, the loss scale,

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.analysis.mesh import RankMesh
 from msgen.base.readers import BadInput, Dict, Int, List, Obj, load_json
 from msgen.base.status import UsageError
 from msgen.ckpt.ckptfile import CkptFileError, tensor_shapes
@@ -28,6 +27,7 @@ from msgen.ckpt.expected import (
 )
 from msgen.ckpt.runs import INIT_FILE, common_step, rank_folders, run_strategies
 from msgen.diagnostics import printable
+from msgen.ir.mesh import RankMesh
 
 STRATEGY_LIMIT = 64 << 20  # a strategy file is a few hundred bytes per tensor
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from msgen import hostinfo
-from msgen.analysis.mesh import RankMesh
 from msgen.base.status import UsageError
 from msgen.compiler import estimable
 from msgen.diagnostics import printable
@@ -20,6 +19,7 @@ from msgen.doctor import data, dryrun, hccn, network, npu, storage, versions
 from msgen.doctor.compiled import compiled_plan, default_tree
 from msgen.doctor.result import Check, Status, skipped
 from msgen.doctor.tools import TIMEOUT_S, Tools
+from msgen.ir.mesh import RankMesh
 from msgen.syntax.overrides import flags
 
 

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from msgen.analysis.mesh import RankMesh
 from msgen.doctor.result import Check, error, ok, warning
+from msgen.ir.mesh import RankMesh
 
 MiB = 2**20
 USED = re.compile(r"Used peak memory usage \(without fragments\):\s*(\d+)\s*M")

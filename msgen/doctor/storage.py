@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from math import prod
 from pathlib import Path
 
-from msgen.analysis.mesh import RankMesh
 from msgen.ckpt.expected import MOMENTS, STATE
 from msgen.ckpt.slices import LayoutError, slice_shape
 from msgen.doctor.result import Check, error, ok, skipped, warning
 from msgen.emit.strategy import Unsupported, layout, parameters
+from msgen.ir.mesh import RankMesh
 from msgen.ir.schema import DTYPE_BYTES, Dtype
 
 GiB = 2**30

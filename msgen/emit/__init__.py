@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 from msgen import __version__
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import Plan
 from msgen.base.tree import MANIFEST
 from msgen.diagnostics import printable
+from msgen.ir.mesh import RankMesh
 
 
 def header_lines(spec_path: str, sha256: str) -> tuple[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from msgen.analysis.facts import OpFacts
 from msgen.analysis.gradients import gradient_sources
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.plan import DEFAULT_FUSION_ID, Plan
 from msgen.analysis.switches import switches
 from msgen.emit.context import LayerSpec, ModelContext, NetworkSpec, OpSpec, ParamSpec, TrainSpec
@@ -15,6 +14,7 @@ from msgen.emit.ops import EMITTERS
 from msgen.estimate.flops import step_flops
 from msgen.estimate.memory import budget_of
 from msgen.ir.devices import DEVICES
+from msgen.ir.mesh import RankMesh
 from msgen.ir.schema import (
     OPTIMIZERS,
     SCHEDULES,

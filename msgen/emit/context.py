@@ -157,7 +157,7 @@ class ModelContext:
     tp: int
     pp: int
     # ranks between neighbours along dp and along the pipeline, as the mesh's owner
-    # (msgen/analysis/mesh.py) orders the ranks: train.py reads them, not the formula
+    # (msgen/ir/mesh.py) orders the ranks: train.py reads them, not the formula
     dp_stride: int
     pp_stride: int
     micro_batches: int

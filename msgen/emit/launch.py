@@ -2,7 +2,7 @@
 strings.
 
 Ranks are numbered node by node, each node's devices in device-index order: the
-mesh's owner (msgen/analysis/mesh.py `RankMesh.servers_ranks`) gives each node's
+mesh's owner (msgen/ir/mesh.py `RankMesh.servers_ranks`) gives each node's
 ranks, which the rank table and the scripts' node lists print. The mesh puts tp
 innermost and the pipeline stage outermost, so a tp group takes consecutive ranks and
 stays on one server whenever tp divides per_node.

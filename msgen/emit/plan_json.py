@@ -1,6 +1,6 @@
 """plan.json: the resolved plan as data, for reviewers and tools.
 
-`groups` lists every communicator's rank groups (msgen/analysis/mesh.py, the mesh's
+`groups` lists every communicator's rank groups (msgen/ir/mesh.py, the mesh's
 one owner) in full, one group a line, and `group_servers` the most servers one group
 of each spans. Listing is not bounded by a cap: the world is the spec's own list of
 servers times their devices, so the groups grow as the spec's `nodes` does, by at
@@ -14,9 +14,9 @@ import json
 
 from msgen.analysis.facts import context
 from msgen.analysis.gradients import gradient_sources
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.placement import Repeat
 from msgen.analysis.plan import Plan
+from msgen.ir.mesh import RankMesh
 from msgen.ops import OPS
 from msgen.ops.base import split_factor
 

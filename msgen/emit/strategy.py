@@ -23,7 +23,7 @@ whole group", which MindSpore's readers resolve to that same size
 (parallel/_tensor.py, _extract_layout_item); this file writes the number.
 
 The experts of a `moe` op are split over ep on their first dim, ep inside dp in
-Megatron-LM's order (tp innermost, then ep; msgen/analysis/mesh.py): the capacity
+Megatron-LM's order (tp innermost, then ep; msgen/ir/mesh.py): the capacity
 path's batched matmuls and the dropless Morph region lay them by Layouts over the
 stage's devices `[dp / ep, ep, tp]` (msgen/ops/moe.py, templates/ops/moe*.py.j2),
 so their device matrix is that one (rank `(edp_index * ep + ep_index) * tp +
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import json
 
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.optimizer_shard import shard_size, shard_step
+from msgen.ir.mesh import RankMesh
 
 _DEVICE_DIM = {"tp": 0, "dp": 1, "1": -1}
 _EXPERT_DEVICE_DIM = {"tp": 0, "ep": 1, "1": -1}

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import ceil, prod
 
-from msgen.analysis.mesh import RankMesh
 from msgen.analysis.optimizer_shard import shard_size
 from msgen.analysis.plan import Plan
 from msgen.estimate.activations import (
@@ -28,6 +27,7 @@ from msgen.estimate.activations import (
 )
 from msgen.ir.devices import DEVICES, Device
 from msgen.ir.fieldwise import Fieldwise
+from msgen.ir.mesh import RankMesh
 from msgen.ir.models import Spec
 from msgen.ir.schema import DTYPE_BYTES, Schedule
 from msgen.ops.base import Param

@@ -37,9 +37,10 @@ from msgen.ckpt.runs import INIT_FILE, SOURCE_FILE, STRATEGY_FILE, what_it_is
 from msgen.ckpt.slices import slice_of
 from msgen.ckpt.transform import load
 from msgen.diagnostics import printable
-from msgen.hf.config import HfModel, model_of, read_config
+from msgen.hf.config import model_of, read_config
 from msgen.hf.fp8 import dequantized_config, hf_tensors, quantization_of
 from msgen.hf.layout import check_copies, hf_names, hf_shapes, msgen_shapes, to_hf, to_msgen
+from msgen.hf.model import HfModel
 from msgen.hf.tensors import encode, from_float32, read_header
 
 SHARD_BYTES = 5 << 30  # to-hf splits larger models into files of about this size

@@ -12,7 +12,8 @@ from msgen.base.status import EXIT_ERRORS, EXIT_OK, UsageError
 from msgen.compiler import analyze_text, estimable
 from msgen.diagnostics import printable
 from msgen.estimate.planner import search
-from msgen.hf.config import HfModel, load_model
+from msgen.hf.config import load_model
+from msgen.hf.model import HfModel
 from msgen.hf.spec import Setup, model_name, spec_text
 from msgen.syntax.edit import write_settings
 from msgen.syntax.fmt import format_text

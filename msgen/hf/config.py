@@ -4,36 +4,26 @@ msgen cannot reproduce exactly is refused with its name, never dropped.
 
 The keys and their defaults are transformers' own (`models/<family>/configuration_*.py`
 of transformers 4.57); the modelling facts each family adds are those of its
-`modeling_*.py`, cited where used. The experts' keys are read in msgen.hf.experts.
+`modeling_*.py`, cited where used. The keys' types and bounds are checked first
+(msgen.hf.config_schema); the experts' keys are read in msgen.hf.experts, DeepSeek's in
+msgen.hf.deepseek; what comes out is an HfModel (msgen.hf.model).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from msgen.base.readers import Bool, Int, List, Nullable, Num, Obj, Str, load_json
+from msgen.base.readers import Obj, load_json
 from msgen.base.status import UsageError
 from msgen.diagnostics import printable
 from msgen.hf import deepseek
-from msgen.hf.deepseek import DeepseekError, HfMla
-from msgen.hf.experts import DEFAULTS, MOE_KEYS, ExpertsError, HfMoe, moe_of, moe_params
-from msgen.lowering.evaluate import DIM_LIMIT
+from msgen.hf.config_schema import MODEL_TYPE, SCHEMAS
+from msgen.hf.deepseek import DeepseekError
+from msgen.hf.experts import DEFAULTS, MOE_KEYS, ExpertsError, moe_of
+from msgen.hf.model import HfModel
 from msgen.ops.rope_scaling import REFUSED, SIGNATURES, ScalingError, resolved
 
 CONFIG_LIMIT = 1 << 20  # a config.json is a few KiB; anything near this is not one
-
-# rope_scaling's numbers as transformers 4.57's modeling_rope_utils reads them
-ROPE_SCALING_NUMBERS = (
-    "factor",
-    "low_freq_factor",
-    "high_freq_factor",
-    "beta_fast",
-    "beta_slow",
-    "mscale",
-    "mscale_all_dim",
-    "attention_factor",
-)
 
 # model_type -> family. Qwen2 has q/k/v biases and no key for them
 # (modeling_qwen2.py, Qwen2Attention: q_proj, k_proj, v_proj bias=True, o_proj bias=False).
@@ -75,152 +65,6 @@ DTYPES = {
 class HfConfigError(UsageError):
     """A config msgen cannot turn into a spec that means the same model (status 2, one
     line, wherever the config is read: import hf, ckpt from-hf, to-hf's source.json)."""
-
-
-@dataclass(frozen=True)
-class HfModel:
-    """What a spec needs of a Hugging Face decoder, in msgen's terms."""
-
-    family: str
-    vocab: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    eps: float
-    tied: bool
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
-    rope_theta: float
-    max_positions: int | None
-    window: int | None
-    window_from: int  # the first layer with the sliding window (layers: none has it)
-    dtype: str
-    param_dtype: str
-    notes: tuple[str, ...] = field(default=())
-    # RoPE scaling: its rope_type and parameters (msgen.ops.rope_scaling), None for plain
-    rope_scaling: tuple[str, tuple[tuple[str, float | bool], ...]] | None = None
-    qk_norm: bool = False  # Qwen3's RMSNorm of each head of q and k
-    moe: HfMoe | None = None  # the experts, and which layers have them
-    mla: HfMla | None = None  # DeepSeek's latent attention (msgen.hf.deepseek)
-    mtp: int = 0  # DeepSeek-V3's multi-token prediction layers (num_nextn_predict_layers)
-
-    @property
-    def untied(self) -> bool:
-        return not self.tied
-
-    @property
-    def q_rows(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_rows(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    def sparse(self, layer: int) -> bool:
-        """Whether Hugging Face layer `layer` has experts (else the dense MLP)."""
-        return self.moe is not None and self.moe.sparse[layer]
-
-    @property
-    def q_lora(self) -> bool:
-        return self.mla is not None and self.mla.q_lora_rank is not None
-
-    @property
-    def q_full(self) -> bool:
-        return self.mla is not None and self.mla.q_lora_rank is None
-
-    @property
-    def expert_bias(self) -> bool:
-        return self.moe is not None and getattr(self.moe.routing, "expert_bias", False)
-
-    @property
-    def head_dim_is_derived(self) -> bool:
-        return self.head_dim * self.heads == self.hidden
-
-    @property
-    def params(self) -> int:
-        """The model's parameter count as transformers builds it: embeddings, per layer
-        q/k/v/o (+ biases), the MLP's gate/up/down (+ biases) and two RMSNorm weights,
-        the final norm, and the output layer unless tied."""
-        q, kv = self.q_rows, self.kv_rows
-        attention = self.hidden * (q + 2 * kv) + q * self.hidden
-        attention += (q + 2 * kv) * self.qkv_bias + self.hidden * self.o_bias
-        attention += 2 * self.head_dim * self.qk_norm
-        if self.mla is not None:
-            attention = self.mla.params(self.hidden, self.heads)
-        mlp = 3 * self.hidden * self.ffn + (2 * self.ffn + self.hidden) * self.mlp_bias
-        sparse = sum(self.sparse(i) for i in range(self.layers))
-        layers = self.layers * (attention + 2 * self.hidden) + (self.layers - sparse) * mlp
-        if self.moe is not None:
-            layers += sparse * moe_params(self.moe, self.hidden)
-        head = 0 if self.tied else self.vocab * self.hidden
-        return self.vocab * self.hidden + layers + self.hidden + head
-
-
-# Every key msgen reads, typed and bounded, per family: a dim is a positive integer
-# below the language's limit (msgen.lowering.evaluate.DIM_LIMIT, MSL106), so no wrong
-# type, 400-digit count or unhashable value reaches a formula; a null is the key's
-# default where transformers reads it so (num_key_value_heads, head_dim,
-# sliding_window, rope_scaling). Keys msgen does not read are left alone.
-_DIM = Int(1, DIM_LIMIT - 1)
-_NAME = Str(max_len=64)  # a model type, an activation, a dtype: short words
-_SCALE = Nullable(Num(0.0, None))
-_ROPE = Nullable(
-    Obj(
-        optional={
-            "rope_type": _NAME,
-            "type": _NAME,
-            "rope_theta": Num(),
-            **{key: _SCALE for key in ROPE_SCALING_NUMBERS},
-            "original_max_position_embeddings": Nullable(_DIM),
-            "truncate": Bool(),
-        }
-    )
-)
-_COMMON = {
-    "hidden_act": _NAME,
-    "num_key_value_heads": Nullable(_DIM),
-    "head_dim": Nullable(_DIM),
-    "max_position_embeddings": Nullable(_DIM),
-    "rope_theta": Num(),
-    "rope_scaling": _ROPE,
-    "rope_parameters": _ROPE,
-    "tie_word_embeddings": Bool(),
-    "attention_bias": Bool(),
-    "dtype": Nullable(_NAME),
-    "torch_dtype": Nullable(_NAME),
-}
-_REQUIRED = {
-    "model_type": _NAME,
-    "vocab_size": _DIM,
-    "hidden_size": _DIM,
-    "num_hidden_layers": _DIM,
-    "num_attention_heads": _DIM,
-    "intermediate_size": _DIM,
-    "rms_norm_eps": Num(),  # read, never assumed
-}
-_WINDOW = {"sliding_window": Nullable(_DIM), "layer_types": List(_NAME, max_len=DIM_LIMIT)}
-_USED_WINDOW = {**_WINDOW, "use_sliding_window": Bool(), "max_window_layers": Int(0, DIM_LIMIT - 1)}
-# the experts' families name their expert width elsewhere (Mixtral: intermediate_size;
-# Qwen3-MoE: moe_intermediate_size, intermediate_size the dense layers')
-# (optional there, with transformers' defaults: msgen.hf.experts)
-_SPARSE = {k: v for k, v in _REQUIRED.items() if k != "intermediate_size"}
-SCHEMAS = {
-    "llama": Obj(_REQUIRED, {**_COMMON, "mlp_bias": Bool()}),
-    "qwen2": Obj(_REQUIRED, {**_COMMON, **_USED_WINDOW}),
-    "qwen3": Obj(_REQUIRED, {**_COMMON, **_USED_WINDOW}),
-    "mistral": Obj(_REQUIRED, {**_COMMON, **_WINDOW}),
-    "mixtral": Obj(_SPARSE, {**_COMMON, **_WINDOW, **MOE_KEYS["mixtral"]}),
-    "qwen3_moe": Obj(_SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen3_moe"]}),
-    "qwen2_moe": Obj(
-        _SPARSE, {**_COMMON, **_USED_WINDOW, **MOE_KEYS["qwen2_moe"], "qkv_bias": Bool()}
-    ),
-    "deepseek_v2": Obj(_SPARSE, {**_COMMON, **deepseek.KEYS}),
-    "deepseek_v3": Obj(_SPARSE, {**_COMMON, **deepseek.KEYS}),
-}
 
 
 def read_config(path: Path) -> dict:
@@ -337,7 +181,7 @@ def model_of(config: dict, name: str = "config.json") -> HfModel:
     """The HfModel a config (read from the file called `name`) describes: BadInput
     naming the key for a value of the wrong type or size, HfConfigError naming it for
     what msgen cannot mean."""
-    kind = Obj({"model_type": _NAME}).check(config, name)["model_type"]
+    kind = MODEL_TYPE.check(config, name)["model_type"]
     if kind not in FAMILIES:
         raise HfConfigError(
             f"{name}: model_type {kind!r} is not supported: msgen imports "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msgen.hf.config import HfModel
+from msgen.hf.model import HfModel
 
 
 @dataclass(frozen=True)

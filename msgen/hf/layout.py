@@ -24,10 +24,10 @@ import numpy as np
 from msgen.analysis.mtp import PREFIX as MTP_PREFIX
 from msgen.base.status import UsageError
 from msgen.diagnostics import printable
-from msgen.hf.config import HfModel
 from msgen.hf.families import EMBEDDING, HEAD, TABLES
 from msgen.hf.kinds import layer_path, runs
 from msgen.hf.mapping import Weight
+from msgen.hf.model import HfModel
 
 Get = Callable[[str], np.ndarray]
 

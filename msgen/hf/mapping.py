@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from msgen.hf.config import HfModel
+from msgen.hf.model import HfModel
 
 # the dims a table names that are not HfModel attributes
 _DIMS = {

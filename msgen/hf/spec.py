@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 
 from msgen.checks.reserved import class_clash
-from msgen.hf.config import HfModel
 from msgen.hf.kinds import Run, runs
+from msgen.hf.model import HfModel
 
 # Documentation addresses (RFC 5737) stand in for servers the user has not named yet:
 # estimate and plan need only their count; compile's rank table needs the real ones.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil, prod
 
+from msgen.ir.mesh import RankMesh
 from msgen.ops.moe_rows import expert_ffn_axes
 
 
@@ -101,9 +102,9 @@ def capacity_slots(group_tokens: int, top_k: int, experts: int, factor: float) -
 
 def devices(ctx) -> tuple[int, int, int]:
     """A stage's devices as the generated moe cell's Layouts lay them, [dp / ep, ep, tp]:
-    Megatron-LM's order (tp innermost, then ep), the ranks msgen/analysis/mesh.py
+    Megatron-LM's order (tp innermost, then ep), the ranks msgen/ir/mesh.py
     numbers, a MindSpore Layout's last device dim varying fastest
-    (mindspore/parallel/shard.py `Layout`: its rank_list is the row-major range)."""
-    sizes = ctx.mesh_sizes
-    ep = sizes.get("ep", 1)
-    return sizes.get("dp", 1) // ep, ep, sizes.get("tp", 1)
+    (mindspore/parallel/shard.py `Layout`: its rank_list is the row-major range). The
+    mesh's owner computes it (`RankMesh.dev_matrix`)."""
+    edp, ep, tp = RankMesh.of_sizes(ctx.mesh_sizes).dev_matrix(expert=True)
+    return edp, ep, tp

@@ -18,8 +18,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from statistics import median, quantiles
 
-from msgen.analysis.mesh import RankMesh
 from msgen.diagnostics import printable
+from msgen.ir.mesh import RankMesh
 from msgen.runs.alarms import DEFAULT, Thresholds
 from msgen.runs.logs import RankLog, Run, finite
 

@@ -19,7 +19,7 @@ ranks, the strategy files' device matrices). Three pieces of generated code stil
 a rank's place at run time, since one file serves every rank; tests hold each to this
 owner: train.py's stage and dp index, from the strides printed here, and model.py's
 `expert_ranks`, from the stage's device matrix the moe op lays (msgen/ops/moe_geometry.py
-`devices`, below this layer; tests/test_mesh.py), and rank_table.sh's RANK_ID, from
+`devices`, which asks this owner; tests/test_mesh.py), and rank_table.sh's RANK_ID, from
 its NODE_RANK (tests/test_launch.py: hccl.json's).
 """
 
@@ -96,9 +96,12 @@ class RankMesh:
         coordinate's stride: dp tp (ep is dp's innermost part), pp dp * tp."""
         return self.stride(AXES[axis][-1])
 
-    def size(self, axes: str | tuple[str, ...]) -> int:
-        """Ranks in one group over `axes` (an axis name or a tuple of them)."""
-        return prod(self.shape[c] for c in _coordinates(axes))
+    def size(self, axes: str | tuple[str, ...], without: str | tuple[str, ...] = ()) -> int:
+        """Ranks in one group over `axes` (an axis name or a tuple of them), less the
+        coordinates `without` varies: over dp without ep is dp / ep (ep is dp's
+        innermost part), the ep groups one dp group holds."""
+        dropped = set(_coordinates(without))
+        return prod(self.shape[c] for c in _coordinates(axes) if c not in dropped)
 
     def rank(self, stage: int = 0, dp_index: int = 0, tp_index: int = 0) -> int:
         return (stage * self.dp + dp_index) * self.tp + tp_index
