@@ -272,18 +272,18 @@ def engines(size: int, n: int, tokenizer: Path, spec: Path, tmp: Path) -> None:
     slower = [m / r for m, r in zip(many, ray)]  # Ray's time / the workers' time
     median = statistics.median(speedup)
     verdict = "meets" if median >= SPEEDUP_TARGET else "misses"
-    print(f"  {cores} workers / 1 worker: {spread(speedup)}; target >= {SPEEDUP_TARGET}: "
+    print(f"  {cores} workers / 1 worker: {spread(speedup).strip()}; target >= {SPEEDUP_TARGET}: "
           f"{verdict} ({median / SPEEDUP_TARGET:.2f}x the target)")  # fmt: skip
     median = statistics.median(slower)
     verdict = "meets" if median <= RAY_TARGET else "misses"
-    print(f"  Ray / {cores} workers (run time): {spread(slower)}; target <= {RAY_TARGET}: "
+    print(f"  Ray / {cores} workers (run time): {spread(slower).strip()}; target <= {RAY_TARGET}: "
           f"{verdict} ({median / RAY_TARGET:.2f}x the target)")  # fmt: skip
     ray_kind, many_kind = f"Ray, {cores} CPUs", f"{cores} workers"
     whole = [r / m for r, m in zip(walls[ray_kind], walls[many_kind])]
-    print(f"  Ray / {cores} workers (whole command, start-up included): {spread(whole)}")
+    print(f"  Ray / {cores} workers (whole command, start-up included): {spread(whole).strip()}")
     startup = [r["startup"] for r in runs[ray_kind]]
     own = [r["ray"] for r in runs[ray_kind]]
-    print(f"  Ray's start-up, apart: {spread(startup)} s, of which Ray itself {spread(own)} s "
+    print(f"  Ray's start-up, apart: {spread(startup).strip()} s, of which Ray itself {spread(own).strip()} s "
           "(the rest: its workers' imports)", flush=True)  # fmt: skip
     corpus.unlink()
 
