@@ -88,7 +88,7 @@ class RayEngine:
             else:  # msgen must be installed on the cluster's nodes
                 ray.init(address=address, log_to_driver=False, logging_level="ERROR",
                          runtime_env={"env_vars": env})  # fmt: skip
-                workers = int(ray.cluster_resources().get("CPU", 0)) or workers
+                workers = int(ray.available_resources().get("CPU", 0)) or workers
         except Exception as exc:
             raise DataError(
                 f"cannot start Ray{'' if address is None else f' at {address}'}: "
