@@ -81,8 +81,11 @@ def test_ray_cluster_of_two_cpus(tmp_path, corpus, tokenizer_file, ray_cluster):
 
 
 @pytest.mark.slow
-def test_ray_reads_a_gz_as_the_workers_do(tmp_path, corpora, tokenizer_file):
-    """A `.gz` is one unit on Ray too: the bytes of the uncompressed copy unsplit."""
+def test_ray_reads_a_gz_as_the_workers_do(tmp_path, corpora, tokenizer_file, monkeypatch):
+    """A `.gz` is one unit on Ray too: the bytes of the uncompressed copy unsplit. And
+    msgen's own Ray is a new one even where a cluster is named (RAY_ADDRESS, or the
+    last `ray start` on the machine), which ray.init() would otherwise join."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     plain, zipped, unit = corpora
     ray = written(tmp_path, zipped, tokenizer_file, "ray", "--unit-size", str(unit),
                   "--engine", "ray", "--workers", "2")  # fmt: skip

@@ -79,6 +79,9 @@ class RayEngine:
             if address is None:  # a Ray of this run's own, on this machine
                 path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
                 ray.init(
+                    # "local": a new Ray, never one `ray start` left running here (which
+                    # ray.init() would join, RAY_ADDRESS's or the last one started)
+                    address="local",
                     num_cpus=workers,
                     include_dashboard=False,
                     log_to_driver=False,
