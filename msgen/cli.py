@@ -138,7 +138,7 @@ def _data_command(sub) -> None:
     p.add_argument("--workers", type=int, default=0, metavar="N",
                    help="worker processes, a core each (default: the machine's cores)")  # fmt: skip
     p.add_argument("--engine", choices=("local", "ray"), default="local",
-                   help="local: worker processes on this machine; ray: Ray tasks "
+                   help="local: worker processes on this machine; ray: Ray workers "
                    "(pip install 'msgen[ray]')")  # fmt: skip
     p.add_argument("--ray-address", metavar="ADDR",
                    help="the Ray cluster to join (default: start a Ray on this machine)")  # fmt: skip

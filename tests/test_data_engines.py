@@ -2,7 +2,7 @@
 test_data_ray.py), each unit's windows as a reference packer derives them from the
 unit rule (a file; the lines that start inside a byte range of a large file),
 --resume after kill -9 at three points, a raising worker named by its source file,
-digests that catch a changed file, and a bounded worker memory.
+and digests that catch a changed file. (A worker's memory: test_data_memory.py.)
 """
 
 from __future__ import annotations
@@ -283,45 +283,6 @@ def test_resume_or_force_is_needed_over_a_dataset(tmp_path, corpus, tokenizer_fi
         status, _, err = msgen("data", spec, corpus, "--tokenizer", tokenizer_file, "-o", out,
                                "--unit-size", str(UNIT), *extra)  # fmt: skip
         assert status == 2 and "already holds a dataset" in err
-
-
-def peaks(tmp_path: Path, spec: Path, corpus: Path, tokenizer: Path, out: str) -> tuple[int, int]:
-    """msgen's own peak resident memory and its largest worker's (bytes), msgen run in
-    a fresh interpreter whose only children are the workers."""
-    code = (
-        "import resource, sys\n"
-        "from msgen.cli import main\n"
-        f"status = main(['data', {str(spec)!r}, {str(corpus)!r}, '--tokenizer', "
-        f"{str(tokenizer)!r}, '-o', {out!r}, '--workers', '2', '--unit-size', '1M'])\n"
-        "print('peaks', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,\n"
-        "      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-        "sys.exit(status)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    own, worker = proc.stdout.split("peaks")[-1].split()
-    return int(own) << 10, int(worker) << 10
-
-
-@pytest.mark.slow
-def test_worker_memory_is_bounded_whatever_the_corpus(tmp_path, tokenizer_file):
-    """docs/data.md's bound: a worker's peak is at most WORKER_BOUND and its unit's
-    index above msgen's own, and does not grow with the corpus (2 MB, then 8 MB)."""
-    from msgen.data.engines import INDEX_BYTES, WORKER_BOUND
-
-    spec = spec_for(tmp_path)
-    docs = english() + chinese()
-    small = write_jsonl(tmp_path / "small.jsonl", docs * 4)
-    large = write_jsonl(tmp_path / "large.jsonl", docs * 16)
-    assert large.stat().st_size > 3 * small.stat().st_size > 5e6
-    bound = WORKER_BOUND + INDEX_BYTES * (1 << 20) // LENGTH
-    own, first = peaks(tmp_path, spec, small, tokenizer_file, "a")
-    assert first - own < bound
-    own, second = peaks(tmp_path, spec, large, tokenizer_file, "b")
-    assert second - own < bound
-    assert second - first < 64 << 20, (first, second)
 
 
 def test_two_workers_write_what_one_writes_small(tmp_path, tokenizer_file):

@@ -12,8 +12,9 @@ import pytest
 
 from tests.data_fixtures import ROOT, msgen
 from tests.test_data_engines import UNIT, corpus, files_of, spec_for, tokenizer_file
+from tests.test_data_gz import corpora, data_files, written
 
-__all__ = ["corpus", "tokenizer_file"]  # the fixtures, shared
+__all__ = ["corpora", "corpus", "tokenizer_file"]  # the fixtures, shared
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +78,17 @@ def test_ray_cluster_of_two_cpus(tmp_path, corpus, tokenizer_file, ray_cluster):
                            "--ray-address", ray_cluster)  # fmt: skip
     assert status == 0, err
     assert files_of(tmp_path / "ray") == files_of(tmp_path / "local")
+
+
+@pytest.mark.slow
+def test_ray_reads_a_gz_as_the_workers_do(tmp_path, corpora, tokenizer_file, monkeypatch):
+    """A `.gz` is one unit on Ray too: the bytes of the uncompressed copy unsplit. And
+    msgen's own Ray is a new one even where a cluster is named (RAY_ADDRESS, or the
+    last `ray start` on the machine), which ray.init() would otherwise join."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    plain, zipped, unit = corpora
+    ray = written(tmp_path, zipped, tokenizer_file, "ray", "--unit-size", str(unit),
+                  "--engine", "ray", "--workers", "2")  # fmt: skip
+    whole = written(tmp_path, plain, tokenizer_file, "whole", "--unit-size", "1M")
+    assert len(data_files(ray)) == 3 * 2
+    assert data_files(ray) == data_files(whole)

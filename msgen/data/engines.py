@@ -24,8 +24,9 @@ from msgen.data.units import Unit
 from msgen.data.work import Job, failed, hash_unit, run_unit, sample_unit
 
 PARALLELISM = "TOKENIZERS_PARALLELISM"
-# docs/data.md's bound on a worker's peak resident memory above msgen's own, beside
-# the MindRecord index of its unit (INDEX_BYTES a window): what the tests hold.
+# docs/data.md's bound on a worker's peak resident memory above what it held when it
+# started (msgen's, forked), beside the MindRecord index of its unit (INDEX_BYTES a
+# window): what tests/test_data_memory.py holds.
 WORKER_BOUND = 256 << 20
 INDEX_BYTES = 1400
 PR_SET_PDEATHSIG = 1

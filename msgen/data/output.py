@@ -31,6 +31,7 @@ FORMAT = "msgen-data 1"
 SETS = ("train", "valid")
 STAGING_PREFIX = ".msgen-data-"
 PARTIAL = f"{STAGING_PREFIX}partial"  # the staging folder, which --resume continues
+COMMITTING = "committing.json"  # in the staging folder: the names its commit moves
 MANIFEST_LIMIT = 1 << 28  # a manifest names every unit's files
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what ends a run, cleanly
 
@@ -82,16 +83,15 @@ def os_error(exc: OSError, doing: str) -> DataError:
     return DataError(f"cannot {doing}{where}: {exc.strerror or exc}")
 
 
-def recorded_names(stage: Path) -> set[str]:
-    """The files the unit records in a staging folder name (a commit cut short may
-    have moved them into the output folder already)."""
-    names = set()
-    for path in (stage / "units").glob("*.json"):
-        try:
-            names |= set(json.loads(path.read_text("utf-8")).get("files") or {})
-        except (OSError, ValueError, AttributeError):
-            continue
-    return names
+def moving(stage: Path) -> set[str]:
+    """The names a commit in the staging folder `stage` moves into the output folder
+    (COMMITTING, written before its first rename): what a commit cut short may have
+    moved already, dataset.json among them."""
+    try:
+        names = json.loads((stage / COMMITTING).read_text("utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 class Staging:
@@ -120,7 +120,7 @@ class Staging:
             raise DataError(f"{shown(folder)} is not a folder", "-o names a folder")
         self.owned = recorded(folder) if folder.is_dir() else set()
         # a commit cut short moved some of the partial run's files already
-        moved = recorded_names(folder / PARTIAL) if self.resume else set()
+        moved = moving(folder / PARTIAL) if self.resume else set()
         in_way = [n for n in self.names if os.path.lexists(folder / n) and n not in moved]
         foreign = [n for n in in_way if n not in self.owned]
         if foreign:
@@ -210,6 +210,11 @@ class Staging:
         place: a commit cut short moved it."""
         keep = self.keep.resolve() if self.keep else None
         with interrupts_deferred(STOPS):
+            # What is moved is recorded first: a run killed while moving (SIGKILL) is
+            # resumed over the files it moved, its dataset.json among them.
+            plan = self.path / f"{COMMITTING}.tmp"
+            plan.write_text(json.dumps(sorted(names)), "utf-8")
+            os.replace(plan, self.path / COMMITTING)
             # The folder stops being a dataset first, and becomes one again last.
             (self.folder / MANIFEST).unlink(missing_ok=True)
             for name in sorted(self.owned - set(names)):

@@ -157,7 +157,10 @@ class Run:
             + (f"; {self.resumed:,} units were done before (--resume)" if self.resumed else "")
         ]
         if pool.name == "ray":
-            lines.append(f"Ray's start-up: {pool.startup:,.1f} s (not in the time above)")
+            lines.append(
+                f"Ray's start-up: {pool.startup:,.1f} s (Ray {pool.ray_startup:,.1f} s, then its "
+                f"{pool.count} workers' imports; not in the time above)"
+            )
         return lines
 
 
