@@ -26,7 +26,11 @@ def ray_cluster():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3"}
+    # Ray 2.60's `ray start` turns token authentication on when ~/.ray/auth_token
+    # exists (which any earlier ray.init() of a local Ray writes), and a client given
+    # an address then needs RAY_AUTH_MODE=token: off here, so that the test does not
+    # depend on what ran before it on the machine (docs/data.md: clusters with tokens)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOG_v": "3", "RAY_AUTH_MODE": "disabled"}
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
     started = subprocess.run([*ray_cli, "start", "--head", "--num-cpus=2", f"--port={port}",
                               "--include-dashboard=false", "--disable-usage-stats"],
