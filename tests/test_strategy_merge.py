@@ -152,7 +152,7 @@ def test_msgens_own_cut_is_the_one_the_merge_reads(capacity, tmp_path):
     of every parameter as `cut` above does, whose slices MindSpore merges back whole:
     the experts' parallel optimizer chunk by the rank's place among the ranks holding
     them (dropless: 0, 1, 4, 5, whose recorded stride 1 is no stride)."""
-    from msgen.ckpt.slices import slice_of, stage_devices
+    from msgen.ckpt.slices import slice_of
 
     tree = compile_spec(moe_spec(tmp_path / "spec", capacity), tmp_path / "tree")
     doc = json.loads((tree / "plan.json").read_text())
@@ -162,5 +162,6 @@ def test_msgens_own_cut_is_the_one_the_merge_reads(capacity, tmp_path):
         value = rng.standard_normal(param["shape"]).astype(np.float32)
         layout = layouts[param["path"]]
         for rank in range(doc["devices"]):
-            ours = slice_of(value, layout, rank % stage_devices(layout))
+            # a rank's place in its stage: the strategy file's device matrix is the stage's
+            ours = slice_of(value, layout, rank % int(np.prod(layout["dev_matrix"])))
             np.testing.assert_array_equal(ours, cut(value, param, layout, rank, doc))

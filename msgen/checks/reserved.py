@@ -48,6 +48,9 @@ MTP_NAMES = ("mtp", "mtp_ids", "mtp_labels", "mtp_hidden", "mtp_embedded", "mtp_
              "mtp_losses", "depth")  # fmt: skip
 CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters", "aux", "add_aux",
                              *MTP_NAMES})  # fmt: skip
+# mindspore.parallel.nn's micro-batch cells, (without, with) a pipeline: train.py
+# imports the one its mode picks (msgen/emit/modes.py), a name no template spells
+MICRO_CELLS = ("GradAccumulation", "Pipeline")
 TEMPLATES = ("model.py.j2", "train.py.j2", "train/**/*.py.j2", "ops/*.py.j2")
 # train/: train.py's fragments; ops/: the ops' helper cells
 
@@ -84,7 +87,7 @@ def template_names() -> frozenset[str]:
     """Every name the generated model.py and train.py import or define at module
     level, read from the templates and model.py's declared imports, so a new import
     is reserved at once."""
-    names: set[str] = set(imported_names())
+    names: set[str] = set(imported_names()) | set(MICRO_CELLS)
     root = resource_dir("templates")
     for path in (path for pattern in TEMPLATES for path in sorted(root.glob(pattern))):
         text = path.read_text(encoding="utf-8")

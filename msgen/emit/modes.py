@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from msgen.analysis.gradients import reads_accumulated
+from msgen.checks.reserved import MICRO_CELLS
 
 WIRINGS = ("data_parallel", "semi_auto")
 REDUCERS = ("replicas", "accumulated", "none")
@@ -63,7 +64,7 @@ class TrainMode:
             wiring="semi_auto" if spec.semi_auto else "data_parallel",
             reducer=reducer,
             loss_scale=loss_scale,
-            micro_cell="Pipeline" if spec.mesh.pp > 1 else "GradAccumulation",
+            micro_cell=MICRO_CELLS[spec.mesh.pp > 1],
         )
 
     def template(self, concern: str) -> str:
