@@ -8,29 +8,11 @@ op is adding its module (or a class to a module of its family) and its emitter
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from msgen.base.registry import discover
 from msgen.ops.base import OpDef
 from msgen.ops.imports import DROPOUT, FUSED, LAZY_INLINE, SHELL, bound
 
-
-def _discover() -> dict[str, OpDef]:
-    found: dict[str, OpDef] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, OpDef)
-                and value.__module__ == module.__name__
-                and "name" in vars(value)
-            ):
-                found[value.name] = value()
-    return found
-
-
-OPS: dict[str, OpDef] = _discover()
+OPS: dict[str, OpDef] = discover(__name__, __path__, OpDef, "name")
 
 # Written as operators, not called by name.
 OPERATORS = {"+": "add", "*": "mul"}

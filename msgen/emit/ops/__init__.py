@@ -4,27 +4,9 @@ package, as msgen.ops finds the ops. Every op of the library has one."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from msgen.base.registry import discover
 from msgen.emit.ops.base import OpEmitter, Snippet, call_args, strategy_keywords
 
-
-def _discover() -> dict[str, OpEmitter]:
-    found: dict[str, OpEmitter] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, OpEmitter)
-                and value.__module__ == module.__name__
-                and "kind" in vars(value)
-            ):
-                found[value.kind] = value()
-    return found
-
-
-EMITTERS: dict[str, OpEmitter] = _discover()
+EMITTERS: dict[str, OpEmitter] = discover(__name__, __path__, OpEmitter, "kind")
 
 __all__ = ["EMITTERS", "OpEmitter", "Snippet", "call_args", "strategy_keywords"]
