@@ -28,6 +28,10 @@ CONCERNS: dict[str, dict[str, tuple[str, ...]]] = {
         "kernel": ("composed", "flash"),
         "qk_norm": ("none", "rms"),
     },
+    "ops/mla": {
+        "rope": ("plain", "scaled"),
+        "kernel": ("composed", "flash"),
+    },
 }
 
 
