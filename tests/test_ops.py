@@ -96,13 +96,9 @@ def shell_names(name: str) -> set[str]:
     top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
     helpers = {h for emitter in EMITTERS.values() for h in emitter.helpers}
     every = {
-        "flash": True,
         "dropout": True,
-        "qk_norm": True,
-        "rope": True,
         "permute": True,
         "biased": True,
-        "rope_scaling": True,
         "rope_frequencies": frequencies_source(),
     }  # all a fragment can define, with each concern's last (fullest) choice
     fullest = {
