@@ -48,7 +48,13 @@ MTP_NAMES = ("mtp", "mtp_ids", "mtp_labels", "mtp_hidden", "mtp_embedded", "mtp_
              "mtp_losses", "depth")  # fmt: skip
 CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters", "aux", "add_aux",
                              *MTP_NAMES})  # fmt: skip
-TEMPLATES = ("model.py.j2", "train.py.j2", "train/**/*.py.j2", "ops/**/*.py.j2")
+TEMPLATES = (
+    "model.py.j2",
+    "model/**/*.py.j2",
+    "train.py.j2",
+    "train/**/*.py.j2",
+    "ops/**/*.py.j2",
+)
 # train/: train.py's fragments; ops/: the ops' helper cells
 
 _QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")
