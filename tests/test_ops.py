@@ -22,6 +22,8 @@ import pytest
 from msgen.emit.build import build_context
 from msgen.emit.imports import block
 from msgen.emit.ops import EMITTERS
+from msgen.emit.ops.cell_choices import CONCERNS as CELL_CONCERNS
+from msgen.emit.ops.cell_choices import CellChoices
 from msgen.ops import OPS
 from msgen.ops.imports import SHELL, bound, parse
 from msgen.ops.rope_scaling import frequencies_source
@@ -94,16 +96,17 @@ def shell_names(name: str) -> set[str]:
     top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
     helpers = {h for emitter in EMITTERS.values() for h in emitter.helpers}
     every = {
-        "flash": True,
         "dropout": True,
-        "qk_norm": True,
-        "rope": True,
         "permute": True,
         "biased": True,
-        "rope_scaling": True,
         "rope_frequencies": frequencies_source(),
-    }  # all a fragment can define
-    return top - set().union(*(names(fragment(h, every))[1] for h in helpers))
+    }  # all a fragment can define, with each concern's last (fullest) choice
+    fullest = {
+        folder[4:]: {"cell": CellChoices.of(folder, **{c: cs[-1] for c, cs in concerns.items()})}
+        for folder, concerns in CELL_CONCERNS.items()
+        if folder.startswith("ops/")
+    }
+    return top - set().union(*(names(fragment(h, every | fullest.get(h, {})))[1] for h in helpers))
 
 
 @pytest.mark.parametrize("name", TINY)

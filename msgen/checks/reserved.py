@@ -51,7 +51,13 @@ CONSTRUCT_NAMES = frozenset({"self", "labels", "cell", "parameters", "aux", "add
 # mindspore.parallel.nn's micro-batch cells, (without, with) a pipeline: train.py
 # imports the one its mode picks (msgen/emit/modes.py), a name no template spells
 MICRO_CELLS = ("GradAccumulation", "Pipeline")
-TEMPLATES = ("model.py.j2", "train.py.j2", "train/**/*.py.j2", "ops/*.py.j2")
+TEMPLATES = (
+    "model.py.j2",
+    "model/**/*.py.j2",
+    "train.py.j2",
+    "train/**/*.py.j2",
+    "ops/**/*.py.j2",
+)
 # train/: train.py's fragments; ops/: the ops' helper cells
 
 _QUOTED = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)(?:, )?["']""")

@@ -13,6 +13,7 @@ from msgen.emit.context import ModelContext
 from msgen.emit.imports import model_imports
 from msgen.emit.layout import format_python
 from msgen.emit.ops import EMITTERS
+from msgen.emit.ops.cell_choices import CellChoices
 from msgen.resources import template
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -48,6 +49,19 @@ def _helper_cells(ctx: ModelContext, helpers: frozenset[str], mtp_aux: bool) -> 
     return cells + ([template("ops/mtp.py.j2").render(aux=mtp_aux)] if "mtp" in helpers else [])
 
 
+def _shell(ctx: ModelContext, helpers: frozenset[str]) -> list[str]:
+    """The module helpers model.py defines for its cells, in order
+    (templates/model/shell/<name>.py.j2): the cell that places a network-level primitive
+    on a stage, the auxiliary losses' adder, the fused kernels' switch, dropout's seeds."""
+    wanted = {
+        "apply": "apply" in helpers,
+        "aux_losses": "aux_losses" in helpers,
+        "fused_kernels": bool(ctx.fused),
+        "dropout_seeds": bool(ctx.dropout),
+    }
+    return [name for name, used in wanted.items() if used]
+
+
 def render_model(ctx: ModelContext) -> str:
     code: dict[str | None, opcode.CellCode] = {
         layer.name: opcode.layer_code(layer, ctx) for layer in ctx.layers
@@ -58,7 +72,12 @@ def render_model(ctx: ModelContext) -> str:
         "model.py.j2",
         ctx=ctx,
         code=code,
-        helpers=helpers,
+        choices=CellChoices.of(
+            "model",
+            fusion="ids" if ctx.fusion or ctx.layer_fusion else "none",
+            lazy_inline="ascend" if ctx.lazy_inline else "off",
+        ),
+        shell=_shell(ctx, helpers),
         imports=model_imports(ctx),
         helper_cells=_helper_cells(ctx, helpers, ctx.mtp is not None and code[ctx.mtp.layer].aux),
         dtypes=DTYPES,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from msgen.emit.ops.base import OpEmitter, Snippet, strategy_keywords
+from msgen.emit.ops.cell_choices import CellChoices
 from msgen.ops.attention import rope_scaling
 from msgen.ops.attention_geometry import AttentionGeometry
 from msgen.ops.rope_scaling import scaled_rope_values
@@ -45,12 +46,22 @@ class Attention(OpEmitter):
         # One Attention cell serves the model: it takes `flash` when any op asks for it,
         # builds dropout primitives when any op drops out, q/k norms when any has them,
         # and carries the scaled frequencies' source when any scales rope.
+        scaled = scaled_rope_values(ops)
+        if scaled["rope_scaling"]:
+            rope = "scaled"
+        else:
+            rope = "fused" if any(op.setting("rope") for op in ops) else "composed"
+        cell = CellChoices.of(
+            "ops/attention",
+            rope=rope,
+            kernel="flash" if any(op.setting("flash") for op in ops) else "composed",
+            qk_norm="rms" if any(op.setting("qk_norm") for op in ops) else "none",
+        )
         return {
-            "flash": any(op.setting("flash") for op in ops),
+            "cell": cell,
             "dropout": any(op.setting("p") > 0 for op in ops),
-            "qk_norm": any(op.setting("qk_norm") for op in ops),
-            "rope": any(op.setting("rope") for op in ops),
-        } | scaled_rope_values(ops)
+            "rope_frequencies": scaled["rope_frequencies"],
+        }
 
     def code(self, op, model):
         (qkv,) = op.inputs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from msgen.emit.ops.attention import scaling_source
 from msgen.emit.ops.base import OpEmitter, Snippet, strategy_keywords
+from msgen.emit.ops.cell_choices import CellChoices
 from msgen.ops.attention import rope_scaling
 from msgen.ops.mla import softmax_scale
 from msgen.ops.mla_geometry import MlaGeometry
@@ -34,7 +35,13 @@ class Mla(OpEmitter):
     def helper_values(self, ops):
         # One MLA cell serves the model: flash when any op asks for it, and the scaled
         # frequencies' source when any scales rope.
-        return {"flash": any(op.setting("flash") for op in ops)} | scaled_rope_values(ops)
+        scaled = scaled_rope_values(ops)
+        cell = CellChoices.of(
+            "ops/mla",
+            rope="scaled" if scaled["rope_scaling"] else "plain",
+            kernel="flash" if any(op.setting("flash") for op in ops) else "composed",
+        )
+        return {"cell": cell, "rope_frequencies": scaled["rope_frequencies"]}
 
     def code(self, op, model):
         (x,) = op.inputs

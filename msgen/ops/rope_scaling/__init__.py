@@ -103,6 +103,13 @@ def resolved(kind: str, given: dict) -> dict[str, float | bool | None]:
     return params
 
 
+# What precedes the frequency functions in model.py.
+FREQUENCIES_HEAD = (
+    "# RoPE's scaled frequencies: msgen's definition (msgen/ops/rope_scaling/frequencies.py),\n"
+    "# transformers 4.57's modeling_rope_utils step for step in fp32.\n\n\n"
+)
+
+
 def frequencies_source() -> str:
     """The source of the frequency functions (`frequencies.py` below its imports), as
     generated code carries it; importing it brings numpy, so only emission does."""
@@ -116,4 +123,7 @@ def scaled_rope_values(ops) -> dict:
     """What a rope op's cell template needs once for the model: whether any of `ops`
     scales rope, and then the frequencies' source it carries."""
     scaled = any(op.setting("rope_scaling") for op in ops)
-    return {"rope_scaling": scaled, "rope_frequencies": frequencies_source() if scaled else ""}
+    return {
+        "rope_scaling": scaled,
+        "rope_frequencies": FREQUENCIES_HEAD + frequencies_source() + "\n\n" if scaled else "",
+    }
