@@ -114,14 +114,17 @@ def check_copies(m: HfModel, get: Get) -> int:
     memory together); the number of copies checked. A copy that differs is refused
     (CopyError naming both): msgen holds the parameter once and would lose it."""
     own = {b.path: b for b in _owned(m)}
+    originals: dict[str, bytes] = {}  # by parameter: every MTP layer copies the same two
     checked = 0
     for b in bound(m):
         if not b.weight.tied:
             continue
         source = own[b.path]
-        original = _digest(source.weight.map.to_msgen(m, [get(n) for n in source.hf]))
+        if b.path not in originals:
+            arrays = [get(n) for n in source.hf]
+            originals[b.path] = _digest(source.weight.map.to_msgen(m, arrays))
         copy = _digest(b.weight.map.to_msgen(m, [get(n) for n in b.hf]))
-        if copy != original:
+        if copy != originals[b.path]:
             raise CopyError(
                 f"{printable(b.hf[0])} is not a copy of {printable(source.hf[0])}: msgen "
                 f"ties them into one parameter, {b.path} (DeepSeek-V3's multi-token "
